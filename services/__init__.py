@@ -1,0 +1,1 @@
+"""The separately deployable services: nsqd, lookupd, admin and the Spark pipeline."""

@@ -1,0 +1,1 @@
+"""nsqd: the broker. ``NSQD(Options(...))`` is the library; ``python -m services.nsqd`` the program."""

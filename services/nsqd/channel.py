@@ -1,0 +1,225 @@
+"""A channel: its own copy of every message of its topic, shared out among the consumers subscribed to it.
+
+Invariants:
+- a message is in exactly one place: the memory queue, in flight (delivered, owned by one client) or deferred;
+- a client receives only while ``in_flight_count < ready_count`` (RDY is a window, not a counter);
+- ``_ready`` holds exactly the subscribed clients with room, so delivery never scans all clients, and the memory
+  queue is only non-empty while no client has room (or the channel is paused).
+Depth counts the memory queue only; in-flight and deferred messages are reported separately, as NSQ does.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from shared.names import is_ephemeral
+
+from .client import STATE_SUBSCRIBED
+from .deadline_queue import DeadlineQueue
+from .e2e import DISABLED, LatencyWindow
+from .message import ChannelEntry, DeferredMessage, InFlightMessage
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .options import Options
+
+
+class ChannelError(Exception):
+    """FIN/REQ/TOUCH on a message the client cannot act on, or a SUB the channel refuses."""
+
+
+class Channel:
+    def __init__(self, topic_name: str, name: str, opts: Options,
+                 on_last_client_gone: Callable[[Channel], None]) -> None:
+        self.topic_name = topic_name
+        self.name = name
+        self.ephemeral = is_ephemeral(name)
+        self.paused = False
+        self.exiting = False
+        self.memory: deque[ChannelEntry] = deque()
+        self.in_flight: DeadlineQueue[InFlightMessage] = DeadlineQueue()
+        self.deferred: DeadlineQueue[DeferredMessage] = DeadlineQueue()
+        self.clients: dict[int, Client] = {}
+        self._ready: dict[Client, None] = {}
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+        self.dropped_count = 0
+        self._opts = opts
+        self._on_last_client_gone = on_last_client_gone
+        self.e2e: LatencyWindow | None = None
+        if opts.e2e_processing_latency_percentiles:
+            self.e2e = LatencyWindow(opts.e2e_processing_latency_percentiles,
+                                     opts.e2e_processing_latency_window_time, time.monotonic())
+
+    def __repr__(self) -> str:
+        return f"Channel({self.topic_name}:{self.name})"
+
+    @property
+    def depth(self) -> int:
+        return len(self.memory)
+
+    # -- messages in ---------------------------------------------------------------------------------------
+
+    def put_new(self, entries: Iterable[ChannelEntry]) -> None:
+        """Messages from the topic: counted, then delivered or queued."""
+        for entry in entries:
+            self.message_count += 1
+            self.put(entry)
+
+    def put_deferred(self, entry: ChannelEntry, delay: float, now: float) -> None:
+        self.message_count += 1
+        self.deferred.push(DeferredMessage(entry, now + delay))
+
+    def put(self, entry: ChannelEntry) -> None:
+        if self._ready and not self.paused:
+            self._deliver(next(iter(self._ready)), entry)
+        elif self.ephemeral and len(self.memory) >= self._opts.mem_queue_size:
+            self.dropped_count += 1  # ephemeral channels never hold more than their memory queue, as in NSQ
+        else:
+            self.memory.append(entry)
+
+    def _deliver(self, client: Client, entry: ChannelEntry) -> None:
+        if client.sample_rate and random.randrange(100) > client.sample_rate:
+            return  # NSQ's sampling: the message is gone for the whole channel
+        now = time.monotonic()
+        msg = InFlightMessage(entry, client, now, now + client.msg_timeout)
+        self.in_flight.push(msg)
+        client.send_message(msg)
+        ready = self._ready
+        if client.in_flight_count >= client.ready_count:
+            del ready[client]
+        elif len(ready) > 1:
+            del ready[client]
+            ready[client] = None  # round robin among clients with room
+
+    def _drain(self) -> None:
+        memory, ready = self.memory, self._ready
+        if self.paused:
+            return
+        while memory and ready:
+            self._deliver(next(iter(ready)), memory.popleft())
+
+    # -- clients ---------------------------------------------------------------------------------------------
+
+    def add_client(self, client: Client) -> None:
+        if self.exiting:
+            raise ChannelError("exiting")
+        limit = self._opts.max_channel_consumers
+        if limit and len(self.clients) >= limit:
+            raise ChannelError(f"consumers for {self.topic_name}:{self.name} exceeds limit of {limit}")
+        self.clients[client.id] = client
+
+    def remove_client(self, client: Client) -> None:
+        """The client's messages in flight stay in flight and time out (NSQ does the same)."""
+        if self.clients.pop(client.id, None) is None:
+            return
+        self._ready.pop(client, None)
+        if self.ephemeral and not self.clients and not self.exiting:
+            self._on_last_client_gone(self)
+
+    def update_ready(self, client: Client) -> None:
+        """Call after anything that changes whether ``client`` may receive (RDY, FIN, REQ, CLS, timeout)."""
+        if client.state == STATE_SUBSCRIBED and client.in_flight_count < client.ready_count \
+                and client.id in self.clients:
+            if client not in self._ready:
+                self._ready[client] = None
+            if self.memory:
+                self._drain()
+        else:
+            self._ready.pop(client, None)
+
+    # -- acknowledgements -----------------------------------------------------------------------------------
+
+    def _owned(self, client: Client, msg_id: bytes) -> InFlightMessage:
+        msg = self.in_flight.get(msg_id)
+        if msg is None:
+            raise ChannelError("ID not in flight")
+        if msg.client is not client:
+            raise ChannelError("client does not own message")
+        return msg
+
+    def finish(self, client: Client, msg_id: bytes) -> None:
+        msg = self._owned(client, msg_id)
+        self.in_flight.pop(msg_id)
+        client.in_flight_count -= 1
+        client.finish_count += 1
+        if self.e2e is not None:
+            self.e2e.add(time.time_ns() - msg.timestamp, time.monotonic())
+        self.update_ready(client)
+
+    def requeue(self, client: Client, msg_id: bytes, delay: float) -> None:
+        msg = self._owned(client, msg_id)
+        self.in_flight.pop(msg_id)
+        client.in_flight_count -= 1
+        client.requeue_count += 1
+        self.requeue_count += 1
+        if delay > 0:
+            self.deferred.push(DeferredMessage(msg.entry(), time.monotonic() + delay))
+        else:
+            self.put(msg.entry())
+        self.update_ready(client)
+
+    def touch(self, client: Client, msg_id: bytes) -> None:
+        msg = self._owned(client, msg_id)
+        now = time.monotonic()
+        deadline = min(now + client.msg_timeout, msg.delivered_at + self._opts.max_msg_timeout)
+        self.in_flight.reschedule(msg, deadline)
+
+    # -- timers (driven by the queue-scan loop; ``now`` is a time.monotonic() value) -------------------------
+
+    def process_in_flight(self, now: float) -> bool:
+        """Redeliver messages whose deadline passed; True if there were any."""
+        expired = self.in_flight.pop_expired(now)
+        for msg in expired:
+            self.timeout_count += 1
+            client = msg.client
+            client.in_flight_count -= 1
+            self.put(msg.entry())
+            self.update_ready(client)
+        return bool(expired)
+
+    def process_deferred(self, now: float) -> bool:
+        due = self.deferred.pop_expired(now)
+        for deferred in due:
+            self.put(deferred.entry)
+        return bool(due)
+
+    # -- operator actions -----------------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def unpause(self) -> None:
+        self.paused = False
+        self._drain()
+
+    def empty(self) -> None:
+        """Drop every queued, in-flight and deferred message, as NSQ's /channel/empty does."""
+        self.memory.clear()
+        self.in_flight.clear()
+        self.deferred.clear()
+        for client in self.clients.values():
+            client.in_flight_count = 0
+            self.update_ready(client)
+
+    def close_clients(self) -> None:
+        self.exiting = True
+        for client in list(self.clients.values()):
+            client.transport.close()
+
+    # -- stats ----------------------------------------------------------------------------------------------
+
+    def stats(self, include_clients: bool, now: float) -> dict[str, Any]:
+        clients = [client.stats() for client in self.clients.values()] if include_clients else None
+        return {
+            "channel_name": self.name, "depth": self.depth, "backend_depth": 0,
+            "in_flight_count": len(self.in_flight), "deferred_count": len(self.deferred),
+            "message_count": self.message_count, "requeue_count": self.requeue_count,
+            "timeout_count": self.timeout_count, "client_count": len(self.clients), "clients": clients,
+            "paused": self.paused,
+            "e2e_processing_latency": self.e2e.result(now) if self.e2e is not None else DISABLED,
+        }

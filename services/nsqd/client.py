@@ -1,0 +1,129 @@
+"""One client connection's state: protocol state, negotiated settings, counters, and its output buffer.
+
+Message frames are appended to the output buffer and written at the end of the event-loop turn in which they
+were queued (or at once when the buffer reaches ``output_buffer_size``). Under load a turn carries many
+deliveries, so writes coalesce; when idle a message leaves in the same turn. NSQ instead waits for a
+``output_buffer_timeout`` ticker while a client with spare RDY might get more; that only adds latency here, so
+the negotiated timeout is an upper bound this buffer always meets. Responses and errors are written at the end
+of processing the bytes that caused them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MESSAGE_FRAME_HEADER, encode_frame
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from .channel import Channel
+    from .message import InFlightMessage
+
+STATE_INIT = 0
+STATE_DISCONNECTED = 1
+STATE_CONNECTED = 2
+STATE_SUBSCRIBED = 3
+STATE_CLOSING = 4
+
+_pack_message_header = MESSAGE_FRAME_HEADER.pack
+_FRAME_TYPE_MESSAGE = 2
+_MESSAGE_OVERHEAD = 4 + 26  # frame type + timestamp, attempts, ID
+
+
+class Client:
+    def __init__(self, client_id: int, transport: asyncio.Transport, remote_address: str,
+                 request_flush: Callable[[Client], None], defaults: ClientDefaults) -> None:
+        self.id = client_id
+        self.transport = transport
+        self.remote_address = remote_address
+        host = remote_address.rsplit(":", 1)[0]
+        self.client_id = host
+        self.hostname = host
+        self.user_agent = ""
+        self.state = STATE_INIT
+        self.connect_ts = int(time.time())
+        self.channel: Channel | None = None
+
+        self.heartbeat_interval = defaults.heartbeat_interval
+        self.msg_timeout = defaults.msg_timeout
+        self.output_buffer_size = defaults.output_buffer_size
+        self.output_buffer_timeout = defaults.output_buffer_timeout
+        self.sample_rate = 0
+        self.identified = False
+
+        self.ready_count = 0
+        self.in_flight_count = 0
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.pub_counts: dict[str, int] = {}
+
+        self._out = bytearray()
+        self._flush_requested = False
+        self._request_flush = request_flush
+
+    def __repr__(self) -> str:
+        return f"{self.remote_address}"
+
+    def can_receive(self) -> bool:
+        return self.state == STATE_SUBSCRIBED and self.in_flight_count < self.ready_count
+
+    def send_message(self, msg: InFlightMessage) -> None:
+        self.in_flight_count += 1
+        self.message_count += 1
+        out = self._out
+        out += _pack_message_header(_MESSAGE_OVERHEAD + len(msg.body), _FRAME_TYPE_MESSAGE, msg.timestamp,
+                                    msg.attempts)
+        out += msg.id
+        out += msg.body
+        if len(out) >= self.output_buffer_size:
+            self.flush()
+        elif not self._flush_requested:
+            self._flush_requested = True
+            self._request_flush(self)
+
+    def queue_response(self, data: bytes) -> None:
+        """Buffered until ``flush``: the connection flushes after processing the bytes it received."""
+        self._out += encode_frame(FRAME_TYPE_RESPONSE, data)
+
+    def queue_error(self, text: bytes) -> None:
+        self._out += encode_frame(FRAME_TYPE_ERROR, text)
+
+    def flush(self) -> None:
+        self._flush_requested = False
+        if self._out:
+            out, self._out = self._out, bytearray()
+            if not self.transport.is_closing():
+                self.transport.write(out)
+
+    def published(self, topic: str, count: int) -> None:
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
+
+    def stats(self) -> dict[str, Any]:
+        """The client's object in /stats, with NSQ's field names (optional fields only when set)."""
+        stats: dict[str, Any] = {
+            "client_id": self.client_id, "hostname": self.hostname, "version": "V2",
+            "remote_address": self.remote_address, "state": self.state, "ready_count": self.ready_count,
+            "in_flight_count": self.in_flight_count, "message_count": self.message_count,
+            "finish_count": self.finish_count, "requeue_count": self.requeue_count,
+            "connect_ts": self.connect_ts, "sample_rate": self.sample_rate, "deflate": False, "snappy": False,
+            "user_agent": self.user_agent, "topology_zone": "", "topology_region": "",
+        }
+        if self.pub_counts:
+            stats["pub_counts"] = [{"topic": topic, "count": count} for topic, count in sorted(self.pub_counts.items())]
+        stats.update({"tls": False, "tls_cipher_suite": "", "tls_version": "", "tls_negotiated_protocol": "",
+                      "tls_negotiated_protocol_is_mutual": False})
+        return stats
+
+
+class ClientDefaults:
+    """Settings a client has until IDENTIFY changes them (seconds, bytes)."""
+
+    def __init__(self, heartbeat_interval: float, msg_timeout: float, output_buffer_size: int,
+                 output_buffer_timeout: float) -> None:
+        self.heartbeat_interval = heartbeat_interval
+        self.msg_timeout = msg_timeout
+        self.output_buffer_size = output_buffer_size
+        self.output_buffer_timeout = output_buffer_timeout

@@ -1,0 +1,264 @@
+"""nsqd's HTTP API (aiohttp): NSQ's routes, query parameters, status codes, error codes and JSON shapes.
+
+All parameters come from the query string, even on POST; only /pub, /mpub and PUT /config read the body.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from shared.flags import flag_specs
+from shared.http_api import HTTPError, json_response, nsq_errors, parse_bool, text_response
+from shared.log_format import level_number
+from shared.names import is_valid_channel_name, is_valid_topic_name
+from shared.protocol.commands import split_mpub
+from shared.protocol.errors import FatalClientError
+
+from . import stats
+from .channel import Channel
+from .options import LOG_LEVELS
+from .topic import Topic, TopicError
+from .version import VERSION
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+log = logging.getLogger("nsqd")
+
+NSQD_KEY: web.AppKey[NSQD] = web.AppKey("nsqd")
+
+# Go's lg.LogLevel numbers, which GET /config/log_level reports
+_LOG_LEVEL_NUMBERS = {name: number for number, name in enumerate(LOG_LEVELS, start=1)}
+
+
+def build_app(nsqd: NSQD) -> web.Application:
+    app = web.Application(middlewares=[nsq_errors, web.normalize_path_middleware(remove_slash=True,
+                                                                                  append_slash=False)],
+                          client_max_size=max(nsqd.opts.max_body_size, nsqd.opts.max_msg_size) + 1)
+    app[NSQD_KEY] = nsqd
+    app.router.add_get("/ping", ping)
+    app.router.add_get("/info", info)
+    app.router.add_get("/stats", get_stats)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/pub", pub)
+    app.router.add_post("/mpub", mpub)
+    for action in ("create", "delete", "empty", "pause", "unpause"):
+        app.router.add_post(f"/topic/{action}", topic_action)
+        app.router.add_post(f"/channel/{action}", channel_action)
+    app.router.add_get("/config/{opt}", config)
+    app.router.add_put("/config/{opt}", config)
+    return app
+
+
+def _nsqd(request: web.Request) -> NSQD:
+    return request.app[NSQD_KEY]
+
+
+async def ping(request: web.Request) -> web.Response:
+    nsqd = _nsqd(request)
+    if nsqd.health != "OK":
+        return web.Response(status=500, text=f"NOK - {nsqd.health}")
+    return web.Response(text="OK")
+
+
+async def info(request: web.Request) -> web.Response:
+    nsqd, opts = _nsqd(request), _nsqd(request).opts
+    return json_response({
+        "version": VERSION, "broadcast_address": opts.broadcast_address, "hostname": nsqd.hostname,
+        "http_port": nsqd.http_address[1], "tcp_port": nsqd.tcp_address[1], "start_time": nsqd.start_time,
+        "max_heartbeat_interval": int(opts.max_heartbeat_interval * 1e9),
+        "max_output_buffer_size": opts.max_output_buffer_size,
+        "max_output_buffer_timeout": int(opts.max_output_buffer_timeout * 1e9),
+        "max_deflate_level": opts.max_deflate_level,
+        "topology_zone": opts.topology_zone, "topology_region": opts.topology_region,
+    })
+
+
+async def get_stats(request: web.Request) -> web.Response:
+    query = request.query
+    include_clients = parse_bool(query.get("include_clients"))
+    include_mem = parse_bool(query.get("include_mem"))
+    document = stats.collect(_nsqd(request), query.get("topic") or None, query.get("channel") or None,
+                             include_clients is not False, include_mem is not False)
+    if query.get("format") == "json":
+        return json_response(document)
+    return text_response(stats.render_text(_nsqd(request), document))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(_nsqd(request).registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _topic_name(request: web.Request, invalid_code: str = "INVALID_TOPIC") -> str:
+    name = request.query.get("topic")
+    if name is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_topic_name(name):
+        raise HTTPError(400, invalid_code)
+    return name
+
+
+async def _read_limited(request: web.Request, limit: int, code: str) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise HTTPError(413, code)
+    body = await request.content.read(limit + 1)
+    if len(body) > limit:
+        raise HTTPError(413, code)
+    return body
+
+
+def _publish(topic: Topic, bodies: list[bytes], defer_ms: int = 0) -> web.Response:
+    try:
+        topic.publish(bodies, defer_ms)
+    except TopicError as error:
+        if topic.exiting:
+            raise HTTPError(503, "EXITING") from None
+        log.error("failed to publish to topic(%s) - %s", topic.name, error)
+        raise HTTPError(503, "QUEUE_FULL") from None
+    return text_response("OK")
+
+
+async def pub(request: web.Request) -> web.Response:
+    nsqd = _nsqd(request)
+    body = await _read_limited(request, nsqd.opts.max_msg_size, "MSG_TOO_BIG")
+    if not body:
+        raise HTTPError(400, "MSG_EMPTY")
+    topic = nsqd.get_topic(_topic_name(request))
+    defer_ms = 0
+    if "defer" in request.query:
+        try:
+            defer_ms = int(request.query["defer"])
+        except ValueError:
+            raise HTTPError(400, "INVALID_DEFER") from None
+        if not 0 <= defer_ms <= nsqd.opts.max_req_timeout * 1000:
+            raise HTTPError(400, "INVALID_DEFER")
+    return _publish(topic, [body], defer_ms)
+
+
+async def mpub(request: web.Request) -> web.Response:
+    nsqd, opts = _nsqd(request), _nsqd(request).opts
+    if request.content_length is not None and request.content_length > opts.max_body_size:
+        raise HTTPError(413, "BODY_TOO_BIG")
+    topic = nsqd.get_topic(_topic_name(request))
+    binary = parse_bool(request.query.get("binary")) if "binary" in request.query else False
+    if binary is None:
+        log.warning("deprecated value '%s' used for /mpub binary param", request.query["binary"])
+        binary = True
+    body = await _read_limited(request, opts.max_body_size, "BODY_TOO_BIG")
+    if binary:
+        bodies = _binary_messages(body, opts.max_msg_size, opts.max_body_size)
+    else:
+        bodies = [line for line in body.split(b"\n") if line]
+        if any(len(line) > opts.max_msg_size for line in bodies):
+            raise HTTPError(413, "MSG_TOO_BIG")
+    return _publish(topic, bodies)
+
+
+def _binary_messages(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+    try:
+        messages, _ = split_mpub(body, 0, max_msg_size, max_body_size)
+    except FatalClientError as error:
+        raise HTTPError(413, error.code[2:]) from None
+    if messages is None:
+        raise HTTPError(413, "BAD_MESSAGE" if len(body) >= 4 else "BAD_BODY")
+    return messages
+
+
+def _existing_topic(request: web.Request, name: str) -> Topic:
+    topic = _nsqd(request).topics.get(name)
+    if topic is None:
+        raise HTTPError(404, "TOPIC_NOT_FOUND")
+    return topic
+
+
+async def topic_action(request: web.Request) -> web.Response:
+    nsqd = _nsqd(request)
+    action = request.path.rsplit("/", 1)[1]
+    if action == "create":
+        nsqd.get_topic(_topic_name(request))
+    elif action == "delete":
+        name = request.query.get("topic")
+        if name is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        _existing_topic(request, name)
+        nsqd.delete_topic(name)
+    else:
+        topic = _existing_topic(request, _topic_name(request))
+        {"empty": topic.empty, "pause": topic.pause, "unpause": topic.unpause}[action]()
+    return text_response("")
+
+
+def _topic_and_channel_names(request: web.Request) -> tuple[str, str]:
+    topic_name = _topic_name(request, "INVALID_ARG_TOPIC")
+    channel_name = request.query.get("channel")
+    if channel_name is None:
+        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_channel_name(channel_name):
+        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+    return topic_name, channel_name
+
+
+async def channel_action(request: web.Request) -> web.Response:
+    action = request.path.rsplit("/", 1)[1]
+    topic_name, channel_name = _topic_and_channel_names(request)
+    topic = _existing_topic(request, topic_name)
+    if action == "create":
+        topic.get_channel(channel_name)
+        return text_response("")
+    channel = topic.channels.get(channel_name)
+    if channel is None:
+        raise HTTPError(404, "CHANNEL_NOT_FOUND")
+    if action == "delete":
+        topic.delete_channel(channel_name)
+    else:
+        actions = {"empty": Channel.empty, "pause": Channel.pause, "unpause": Channel.unpause}
+        actions[action](channel)
+    return text_response("")
+
+
+async def config(request: web.Request) -> web.Response:
+    nsqd, name = _nsqd(request), request.match_info["opt"]
+    if request.method == "PUT":
+        body = await request.content.read(nsqd.opts.max_msg_size + 1)
+        if not body or len(body) > nsqd.opts.max_msg_size:
+            raise HTTPError(413, "INVALID_VALUE")
+        _set_option(nsqd, name, body)
+    return json_response(_option_value(nsqd, name))
+
+
+def _set_option(nsqd: NSQD, name: str, body: bytes) -> None:
+    if name == "nsqlookupd_tcp_addresses":
+        try:
+            addresses = json.loads(body)
+        except ValueError:
+            raise HTTPError(400, "INVALID_VALUE") from None
+        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+            raise HTTPError(400, "INVALID_VALUE")
+        nsqd.opts.nsqlookupd_tcp_addresses = addresses
+    elif name == "log_level":
+        level = body.decode("utf-8", "replace").strip().lower()
+        if level not in LOG_LEVELS:
+            raise HTTPError(400, "INVALID_VALUE")
+        nsqd.opts.log_level = level
+        logging.getLogger("nsqd").setLevel(level_number(level))
+    else:
+        raise HTTPError(400, "INVALID_OPTION")
+
+
+def _option_value(nsqd: NSQD, name: str) -> Any:
+    """An option by its config name, in the units NSQ's JSON uses (durations in nanoseconds)."""
+    for spec in flag_specs(type(nsqd.opts)):
+        if name in (spec.config_key, spec.name.replace("-", "_")):
+            value = getattr(nsqd.opts, spec.attribute)
+            if spec.kind == "duration":
+                return int(round(value * 1e9))
+            if spec.attribute == "log_level":
+                return _LOG_LEVEL_NUMBERS[value]
+            return value
+    raise HTTPError(400, "INVALID_OPTION")

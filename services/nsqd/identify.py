@@ -1,0 +1,159 @@
+"""IDENTIFY: validating a client's requested settings against nsqd's bounds and building the JSON reply.
+
+Pure functions over parsed JSON; the connection applies the result. Times in IDENTIFY are milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from shared.protocol.errors import FatalClientError
+
+from .options import Options
+from .version import VERSION
+
+
+@dataclass
+class Identity:
+    """What a client ends up with after IDENTIFY (seconds and bytes)."""
+
+    client_id: str
+    hostname: str
+    user_agent: str
+    feature_negotiation: bool
+    heartbeat_interval: float  # 0 = disabled
+    output_buffer_size: int
+    output_buffer_timeout: float
+    sample_rate: int
+    msg_timeout: float
+    deflate: bool
+    deflate_level: int
+    snappy: bool
+    tls_v1: bool
+
+
+def _int_field(data: dict[str, Any], name: str) -> int:
+    value = data.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+    return int(value)
+
+
+def _str_field(data: dict[str, Any], name: str, default: str) -> str:
+    value = data.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+    return value
+
+
+def negotiate(body: bytes, opts: Options, remote_host: str) -> Identity:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
+    if not isinstance(data, dict):
+        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+    client_id = _str_field(data, "client_id", "")
+    if not client_id:
+        # go-nsq before 1.0 sent short_id
+        client_id = _str_field(data, "short_id", remote_host) or remote_host
+    # checked in NSQ's order, so the first bad field is the one reported
+    heartbeat_interval = _heartbeat_interval(_int_field(data, "heartbeat_interval"), opts)
+    buffer_size, buffer_timeout = _output_buffer(
+        _int_field(data, "output_buffer_size"), _int_field(data, "output_buffer_timeout"), opts)
+    identity = Identity(
+        client_id=client_id,
+        hostname=_str_field(data, "hostname", remote_host) or remote_host,
+        user_agent=_str_field(data, "user_agent", ""),
+        feature_negotiation=bool(data.get("feature_negotiation", False)),
+        heartbeat_interval=heartbeat_interval,
+        output_buffer_size=buffer_size, output_buffer_timeout=buffer_timeout,
+        sample_rate=_sample_rate(_int_field(data, "sample_rate")),
+        msg_timeout=_msg_timeout(_int_field(data, "msg_timeout"), opts),
+        deflate=False, deflate_level=6, snappy=False, tls_v1=False,
+    )
+    _negotiate_transport(identity, data, opts)
+    return identity
+
+
+def _invalid(text: str) -> FatalClientError:
+    return FatalClientError("E_BAD_BODY", f"IDENTIFY {text}")
+
+
+def _heartbeat_interval(requested_ms: int, opts: Options) -> float:
+    if requested_ms == -1:
+        return 0.0
+    if requested_ms == 0:
+        return opts.client_timeout / 2
+    if 1000 <= requested_ms <= opts.max_heartbeat_interval * 1000:
+        return requested_ms / 1000
+    raise _invalid(f"heartbeat interval ({requested_ms}) is invalid")
+
+
+def _output_buffer(size: int, timeout_ms: int, opts: Options) -> tuple[int, float]:
+    if size == -1:
+        # buffering disabled: every frame is written at once
+        buffer_size, buffer_timeout = 1, 0.0
+    elif size == 0:
+        buffer_size, buffer_timeout = 16 * 1024, opts.output_buffer_timeout
+    elif 64 <= size <= opts.max_output_buffer_size:
+        buffer_size, buffer_timeout = size, opts.output_buffer_timeout
+    else:
+        raise _invalid(f"output buffer size ({size}) is invalid")
+    if timeout_ms == -1:
+        buffer_timeout = 0.0
+    elif timeout_ms == 0:
+        pass
+    elif opts.min_output_buffer_timeout * 1000 <= timeout_ms <= opts.max_output_buffer_timeout * 1000:
+        buffer_timeout = timeout_ms / 1000
+    else:
+        raise _invalid(f"output buffer timeout ({timeout_ms}) is invalid")
+    return buffer_size, buffer_timeout
+
+
+def _sample_rate(rate: int) -> int:
+    if not 0 <= rate <= 99:
+        raise _invalid(f"sample rate ({rate}) is invalid")
+    return rate
+
+
+def _msg_timeout(requested_ms: int, opts: Options) -> float:
+    if requested_ms == 0:
+        return opts.msg_timeout
+    if 1000 <= requested_ms <= opts.max_msg_timeout * 1000:
+        return requested_ms / 1000
+    raise _invalid(f"msg timeout ({requested_ms}) is invalid")
+
+
+def _negotiate_transport(identity: Identity, data: dict[str, Any], opts: Options) -> None:
+    """TLS, snappy and deflate are not offered yet: requests for them are answered false."""
+    deflate_requested = bool(data.get("deflate", False)) and opts.deflate
+    level = _int_field(data, "deflate_level")
+    identity.deflate_level = min(level if deflate_requested and level > 0 else 6, opts.max_deflate_level)
+    if deflate_requested and bool(data.get("snappy", False)) and opts.snappy:
+        raise FatalClientError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
+
+
+def response(identity: Identity, opts: Options, auth_required: bool) -> bytes:
+    """The JSON reply sent when the client asked for feature negotiation."""
+    return json.dumps({
+        "max_rdy_count": opts.max_rdy_count,
+        "version": VERSION,
+        "max_msg_timeout": int(opts.max_msg_timeout * 1000),
+        "msg_timeout": int(identity.msg_timeout * 1000),
+        "tls_v1": identity.tls_v1,
+        "deflate": identity.deflate,
+        "deflate_level": identity.deflate_level,
+        "max_deflate_level": opts.max_deflate_level,
+        "snappy": identity.snappy,
+        "sample_rate": identity.sample_rate,
+        "auth_required": auth_required,
+        "output_buffer_size": identity.output_buffer_size,
+        "output_buffer_timeout": int(identity.output_buffer_timeout * 1000),
+        "topology_region": opts.topology_region,
+        "topology_zone": opts.topology_zone,
+    }, separators=(",", ":")).encode()

@@ -1,0 +1,45 @@
+"""How nsqd holds messages.
+
+Queued messages are plain tuples of immutable values. The garbage collector stops tracking such tuples after
+their first collection, so a backlog of millions costs it nothing; only messages in flight (bounded by the
+clients' RDY counts) are objects with mutable state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .client import Client
+
+# a message waiting in a topic: (id, body, timestamp ns, defer ms)
+TopicEntry = tuple[bytes, bytes, int, int]
+# a message waiting in a channel: (id, body, timestamp ns, attempts so far)
+ChannelEntry = tuple[bytes, bytes, int, int]
+
+
+class InFlightMessage:
+    """A message delivered to a client and not yet finished, requeued or timed out."""
+
+    __slots__ = ("id", "body", "timestamp", "attempts", "client", "delivered_at", "deadline")
+
+    def __init__(self, entry: ChannelEntry, client: Client, now: float, deadline: float) -> None:
+        self.id, self.body, self.timestamp, attempts = entry
+        self.attempts = attempts + 1
+        self.client: Client = client
+        self.delivered_at = now
+        self.deadline = deadline
+
+    def entry(self) -> ChannelEntry:
+        return (self.id, self.body, self.timestamp, self.attempts)
+
+
+class DeferredMessage:
+    """A message waiting in a channel until ``deadline`` (DPUB, or REQ with a delay)."""
+
+    __slots__ = ("id", "deadline", "entry")
+
+    def __init__(self, entry: ChannelEntry, deadline: float) -> None:
+        self.id = entry[0]
+        self.deadline = deadline
+        self.entry = entry

@@ -1,0 +1,152 @@
+"""NSQD: one broker instance. ``await start()`` binds its listeners and starts its loops, ``await stop()``
+closes everything it started. Owns the topics, the client connections and the end-of-turn flush of output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from shared.addresses import join_host_port, split_host_port
+
+from .channel import Channel
+from .client import Client, ClientDefaults
+from .http_api import build_app
+from .metrics import build_registry
+from .options import Options
+from .protocol_v2 import ConnectionV2
+from .queue_scan import QueueScanner
+from .stats import GCPauses
+from .topic import Topic
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+log = logging.getLogger("nsqd")
+
+
+class NSQD:
+    def __init__(self, opts: Options) -> None:
+        opts.validate()
+        self.opts = opts
+        self.hostname = socket.gethostname()
+        self.start_time = int(time.time())
+        self.health = "OK"
+        self.topics: dict[str, Topic] = {}
+        self.connections: set[ConnectionV2] = set()
+        self.client_defaults = ClientDefaults(
+            heartbeat_interval=opts.client_timeout / 2, msg_timeout=opts.msg_timeout,
+            output_buffer_size=16 * 1024, output_buffer_timeout=opts.output_buffer_timeout)
+        self.registry = build_registry(self)
+        self.gc_pauses = GCPauses()
+        self.tcp_address: tuple[str, int] = ("", 0)
+        self.http_address: tuple[str, int] = ("", 0)
+        self._client_ids = itertools.count(1)
+        self._flush_queue: list[Client] = []
+        self._tcp_server: asyncio.Server | None = None
+        self._http_runner: web.AppRunner | None = None
+        self._scanner = QueueScanner(opts, self.channels)
+        self._scan_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = split_host_port(self.opts.tcp_address)
+        self._tcp_server = await loop.create_server(lambda: ConnectionV2(self), host or None, port,
+                                                    reuse_address=True)
+        self.tcp_address = self._tcp_server.sockets[0].getsockname()[:2]
+        log.info("TCP: listening on %s", join_host_port(*self.tcp_address))
+        if self.opts.http_address:
+            await self._start_http()
+        gc.callbacks.append(self.gc_pauses)
+        self._scan_task = asyncio.create_task(self._scanner.run(), name="queue-scan")
+
+    async def _start_http(self) -> None:
+        host, port = split_host_port(self.opts.http_address)
+        self._http_runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
+        await self._http_runner.setup()
+        site = web.TCPSite(self._http_runner, host or None, port, reuse_address=True)
+        await site.start()
+        host, port = self._http_runner.addresses[0][:2]
+        self.http_address = (host, port)
+        log.info("HTTP: listening on %s", join_host_port(*self.http_address))
+
+    async def stop(self) -> None:
+        """Stop accepting, close every client, stop the loops."""
+        log.info("NSQ: stopping subsystems")
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+        for connection in list(self.connections):
+            connection.close()
+        for topic in list(self.topics.values()):
+            topic.close()
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            try:
+                await self._scan_task
+            except asyncio.CancelledError:
+                pass
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()
+        if self._tcp_server is not None:
+            await self._tcp_server.wait_closed()
+        if self.gc_pauses in gc.callbacks:
+            gc.callbacks.remove(self.gc_pauses)
+        log.info("NSQ: bye")
+
+    # -- clients ---------------------------------------------------------------------------------------------
+
+    def next_client_id(self) -> int:
+        return next(self._client_ids)
+
+    def request_flush(self, client: Client) -> None:
+        """Write ``client``'s buffered messages at the end of this event-loop turn."""
+        if not self._flush_queue:
+            asyncio.get_running_loop().call_soon(self._flush_clients)
+        self._flush_queue.append(client)
+
+    def _flush_clients(self) -> None:
+        clients, self._flush_queue = self._flush_queue, []
+        for client in clients:
+            client.flush()
+
+    def producers(self, topic: str | None) -> Iterator[Client]:
+        for connection in self.connections:
+            client = connection.client
+            if client.pub_counts and (topic is None or topic in client.pub_counts):
+                yield client
+
+    # -- topics ----------------------------------------------------------------------------------------------
+
+    def get_topic(self, name: str) -> Topic:
+        """The topic, created on first use."""
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = Topic(name, self.opts, self._channels_changed)
+            self.topics[name] = topic
+            log.info("TOPIC(%s): created", name)
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.topics.pop(name, None)
+        if topic is not None:
+            topic.close()
+            for channel_name in list(topic.channels):
+                topic.delete_channel(channel_name)
+            topic.empty()
+            log.info("TOPIC(%s): deleted", name)
+
+    def _channels_changed(self, topic: Topic) -> None:
+        if topic.ephemeral and not topic.channels and not topic.exiting:
+            self.delete_topic(topic.name)
+
+    def channels(self) -> list[Channel]:
+        return [channel for topic in self.topics.values() for channel in topic.channels.values()]

@@ -1,0 +1,137 @@
+"""nsqd's options: one field per NSQ flag, same names and defaults (durations in seconds)."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import zlib
+from dataclasses import dataclass
+
+from shared.flags import FlagError, option
+
+
+def default_node_id() -> int:
+    """NSQ's default: crc32 of the md5 of the hostname, modulo 1024."""
+    return zlib.crc32(hashlib.md5(socket.gethostname().encode()).digest()) % 1024
+
+
+LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
+
+
+@dataclass
+class Options:
+    version: bool = option(False, "print version string")
+    config: str = option("", "path to config file")
+    log_level: str = option("info", "set log verbosity: debug, info, warn, error, or fatal")
+    log_prefix: str = option("[nsqd] ", "log message prefix")
+    verbose: bool = option(False, "[deprecated] has no effect, use --log-level")
+
+    node_id: int = option(default_node_id(), "unique part for message IDs, (int) in range [0,1024)", cfg="id")
+    worker_id: int = option(0, "[deprecated] use --node-id")
+
+    tcp_address: str = option("0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients")
+    http_address: str = option("0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients")
+    https_address: str = option("0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients")
+    broadcast_address: str = option(socket.gethostname(), "address that will be registered with lookupd")
+    broadcast_tcp_port: int = option(0, "TCP port that will be registered with lookupd (default: listen port)")
+    broadcast_http_port: int = option(0, "HTTP port that will be registered with lookupd (default: listen port)")
+    nsqlookupd_tcp_addresses: list[str] = option(
+        [], "lookupd TCP address (may be given multiple times)", flag="lookupd-tcp-address")
+    auth_http_addresses: list[str] = option(
+        [], "<addr>:<port> or a full url to query auth server (may be given multiple times)",
+        flag="auth-http-address")
+    auth_http_request_method: str = option("get", "HTTP method to use for auth server requests (get or post)")
+    http_client_connect_timeout: float = option(2.0, "timeout for HTTP connect", kind="duration")
+    http_client_request_timeout: float = option(5.0, "timeout for HTTP request", kind="duration")
+    topology_region: str = option("", "the region this nsqd is in")
+    topology_zone: str = option("", "the zone within the region this nsqd is in")
+
+    data_path: str = option("", "path to store disk-backed messages")
+    mem_queue_size: int = option(10000, "number of messages to keep in memory (per topic/channel)")
+    max_bytes_per_file: int = option(104857600, "number of bytes per diskqueue file before rolling")
+    sync_every: int = option(2500, "number of messages per diskqueue fsync")
+    sync_timeout: float = option(2.0, "duration of time per diskqueue fsync", kind="duration")
+
+    queue_scan_interval: float = option(0.1, "how often the queue-scan loop wakes up", kind="duration")
+    queue_scan_refresh_interval: float = option(5.0, "how often the queue-scan loop refreshes its channel list",
+                                                kind="duration")
+    queue_scan_selection_count: int = option(20, "number of channels to check per queue scan loop")
+    queue_scan_worker_pool_max: int = option(4, "max concurrency for checking in-flight and deferred timeouts")
+    queue_scan_dirty_percent: float = option(0.25, "fraction of dirty channels that makes the scan loop again")
+
+    msg_timeout: float = option(60.0, "default duration to wait before auto-requeing a message", kind="duration")
+    max_msg_timeout: float = option(900.0, "maximum duration before a message will timeout", kind="duration")
+    max_msg_size: int = option(1048576, "maximum size of a single message in bytes")
+    max_req_timeout: float = option(3600.0, "maximum requeuing timeout for a message", kind="duration")
+    max_body_size: int = option(5242880, "maximum size of a single command body")
+
+    max_heartbeat_interval: float = option(60.0, "maximum client configurable duration of time between client "
+                                                 "heartbeats", kind="duration")
+    max_rdy_count: int = option(2500, "maximum RDY count for a client")
+    max_output_buffer_size: int = option(65536, "maximum client configurable size (in bytes) for a client "
+                                                "output buffer")
+    max_output_buffer_timeout: float = option(30.0, "maximum client configurable duration of time between "
+                                                    "flushing to a client", kind="duration")
+    min_output_buffer_timeout: float = option(0.025, "minimum client configurable duration of time between "
+                                                     "flushing to a client", kind="duration")
+    output_buffer_timeout: float = option(0.25, "default duration of time between flushing data to clients",
+                                          kind="duration")
+    max_channel_consumers: int = option(0, "maximum channel consumer connection count per nsqd instance "
+                                           "(default 0, i.e., unlimited)")
+
+    statsd_address: str = option("", "UDP <addr>:<port> of a statsd daemon for pushing stats (not supported)")
+    statsd_interval: float = option(60.0, "duration between pushing to statsd", kind="duration")
+    statsd_mem_stats: bool = option(True, "toggle sending memory and GC stats to statsd")
+    statsd_prefix: str = option("nsq.%s", "prefix used for keys sent to statsd (%s for host replacement)")
+    statsd_udp_packet_size: int = option(508, "the size in bytes of statsd UDP packets")
+    statsd_exclude_ephemeral: bool = option(False, "skip ephemeral topics and channels when sending stats "
+                                                   "to statsd")
+
+    e2e_processing_latency_percentiles: list[float] = option(
+        [], "message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple "
+            "times or comma separated '1.0,0.99,0.95', default none)",
+        flag="e2e-processing-latency-percentile", kind="comma_float_list")
+    e2e_processing_latency_window_time: float = option(600.0, "calculate end to end latency quantiles for "
+                                                              "this duration of time", kind="duration")
+
+    tls_cert: str = option("", "path to certificate file")
+    tls_key: str = option("", "path to key file")
+    tls_client_auth_policy: str = option("", "client certificate auth policy ('require' or 'require-verify')")
+    tls_root_ca_file: str = option("", "path to certificate authority file")
+    tls_required: str = option("false", "require TLS for client connections (true, false, tcp-https)")
+    tls_min_version: str = option("tls1.0", "minimum SSL/TLS version acceptable ('tls1.0', 'tls1.1', "
+                                            "'tls1.2' or 'tls1.3')")
+    deflate: bool = option(True, "enable deflate feature negotiation (client compression)")
+    max_deflate_level: int = option(6, "max deflate compression level a client can negotiate (> values == > "
+                                       "nsqd CPU usage)")
+    snappy: bool = option(True, "enable snappy feature negotiation (client compression)")
+    enable_experiment: list[str] = option([], "enable experimental feature (may be given multiple times)")
+
+    def validate(self) -> None:
+        """Raises FlagError naming the flag at fault."""
+        if not 0 <= self.node_id < 1024:
+            raise FlagError(f"--node-id {self.node_id} must be >= 0 and < 1024")
+        if not 1 <= self.max_deflate_level <= 9:
+            raise FlagError("--max-deflate-level must be in [1,9]")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise FlagError(f"--log-level: invalid log level {self.log_level!r}")
+        if self.auth_http_request_method not in ("get", "post"):
+            raise FlagError("--auth-http-request-method must be 'get' or 'post'")
+        for quantile in self.e2e_processing_latency_percentiles:
+            if not 0 < quantile <= 1:
+                raise FlagError(f"--e2e-processing-latency-percentile {quantile} must be in (0,1]")
+        if self.tls_required not in ("true", "false", "tcp-https"):
+            raise FlagError(f"--tls-required: invalid value {self.tls_required!r}")
+        if self.mem_queue_size < 0:
+            raise FlagError("--mem-queue-size must be >= 0")
+        for name in ("max_rdy_count", "max_msg_size", "max_body_size", "queue_scan_selection_count",
+                     "queue_scan_worker_pool_max"):
+            if getattr(self, name) <= 0:
+                raise FlagError(f"--{name.replace('_', '-')} must be > 0")
+        if self.queue_scan_interval <= 0 or self.queue_scan_refresh_interval <= 0:
+            raise FlagError("--queue-scan-interval and --queue-scan-refresh-interval must be > 0")
+
+    @property
+    def client_timeout(self) -> float:
+        """NSQ's internal ClientTimeout; the default heartbeat interval is half of it."""
+        return 60.0

@@ -1,0 +1,343 @@
+"""The asyncio side of protocol V2: one ``ConnectionV2`` per TCP client.
+
+The connection checks the magic, feeds bytes to the sans-I/O ``CommandParser``, runs each command's handler on
+the parsed values and writes the replies once the received bytes are processed. Handlers check in NSQ's
+order and raise ``ProtocolError``s with NSQ's codes and texts; a fatal one closes the connection.
+
+All bytes pass through ``data_received`` and ``Client.flush``, the two places where TLS and a compression
+stream will wrap the connection after IDENTIFY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Callable, cast
+
+from shared.names import go_quote, is_valid_channel_name, is_valid_topic_name
+from shared.protocol.commands import Command, CommandParser
+from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
+from shared.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, HEARTBEAT, MAGIC_V2, OK, encode_frame
+
+from . import identify
+from .channel import Channel, ChannelError
+from .client import STATE_CLOSING, STATE_DISCONNECTED, STATE_INIT, STATE_SUBSCRIBED, Client
+from .topic import TopicError
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+log = logging.getLogger("nsqd")
+
+
+def _decimal(text: bytes) -> int | None:
+    """NSQ's ByteToBase10: ASCII digits only (empty is 0); None if anything else."""
+    if not text:
+        return 0
+    return int(text) if text.isdigit() else None
+
+
+def _name(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+class ConnectionV2(asyncio.Protocol):
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        self.opts = nsqd.opts
+        self.client: Client
+        self.transport: asyncio.Transport
+        self._magic = b""
+        self._parser: CommandParser | None = None
+        self._loop = asyncio.get_running_loop()
+        self._last_read = self._loop.time()
+        self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
+
+    # -- connection lifecycle --------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport but have its interface
+        self.transport = cast(asyncio.Transport, transport)
+        peer = self.transport.get_extra_info("peername")
+        remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.client = Client(self.nsqd.next_client_id(), self.transport, remote, self.nsqd.request_flush,
+                             self.nsqd.client_defaults)
+        self.nsqd.connections.add(self)
+        log.info("TCP: new client(%s)", remote)
+        self._start_timers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        client = self.client
+        log.info("PROTOCOL(V2): [%s] exiting ioloop", client)
+        client.state = STATE_DISCONNECTED
+        self._stop_timers()
+        if client.channel is not None:
+            client.channel.remove_client(client)
+        self.nsqd.connections.discard(self)
+
+    def close(self) -> None:
+        self.client.flush()
+        self.transport.close()
+
+    # -- bytes in --------------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self._loop.time()
+        parser = self._parser
+        if parser is None:
+            parser, data = self._read_magic(data)
+            if parser is None:
+                return
+        client = self.client
+        for command in parser.feed(data):
+            try:
+                response = _HANDLERS.get(command.name, ConnectionV2._unknown)(self, command)
+            except ProtocolError as error:
+                log.error("[%s] - %s", client, error)
+                client.queue_error(error.frame_text)
+                if error.fatal:
+                    self.close()
+                    return
+                continue
+            if response is not None:
+                client.queue_response(response)
+        client.flush()
+
+    def _read_magic(self, data: bytes) -> tuple[CommandParser | None, bytes]:
+        """The parser once the 4-byte magic is complete, and the bytes after the magic."""
+        needed = len(MAGIC_V2) - len(self._magic)
+        self._magic += data[:needed]
+        if len(self._magic) < len(MAGIC_V2):
+            return None, b""
+        if self._magic != MAGIC_V2:
+            log.error("client(%s) bad protocol magic %r", self.client, self._magic.decode("latin-1"))
+            self.transport.write(encode_frame(FRAME_TYPE_ERROR, b"E_BAD_PROTOCOL"))
+            self.transport.close()
+            return None, b""
+        self._parser = CommandParser(self.opts.max_msg_size, self.opts.max_body_size)
+        return self._parser, data[needed:]
+
+    # -- heartbeats and the read deadline --------------------------------------------------------------------
+
+    def _start_timers(self) -> None:
+        interval = self.client.heartbeat_interval
+        if interval > 0:
+            self._heartbeat_timer = self._loop.call_later(interval, self._heartbeat)
+            self._deadline_timer = self._loop.call_at(self._last_read + 2 * interval, self._check_deadline)
+
+    def _stop_timers(self) -> None:
+        for timer in (self._heartbeat_timer, self._deadline_timer):
+            if timer is not None:
+                timer.cancel()
+        self._heartbeat_timer = self._deadline_timer = None
+
+    def _heartbeat(self) -> None:
+        self.client.queue_response(HEARTBEAT)
+        self.client.flush()
+        self._heartbeat_timer = self._loop.call_later(self.client.heartbeat_interval, self._heartbeat)
+
+    def _check_deadline(self) -> None:
+        """A client silent for two heartbeat intervals is gone (NSQ's read deadline)."""
+        deadline = self._last_read + 2 * self.client.heartbeat_interval
+        if self._loop.time() >= deadline:
+            log.error("[%s] - read timeout after %.1fs without a command", self.client,
+                      2 * self.client.heartbeat_interval)
+            self._stop_timers()
+            self.close()
+        else:
+            self._deadline_timer = self._loop.call_at(deadline, self._check_deadline)
+
+    # -- commands --------------------------------------------------------------------------------------------
+
+    def _unknown(self, command: Command) -> bytes | None:
+        raise FatalClientError("E_INVALID", f"invalid command {_name(command.name)}")
+
+    def _identify(self, command: Command) -> bytes | None:
+        client = self.client
+        if client.state != STATE_INIT:
+            raise FatalClientError("E_INVALID", "cannot IDENTIFY in current state")
+        if command.error is not None:
+            raise command.error
+        identity = identify.negotiate(command.body, self.opts, client.remote_address.rsplit(":", 1)[0])
+        client.client_id, client.hostname = identity.client_id, identity.hostname
+        client.user_agent = identity.user_agent
+        client.heartbeat_interval = identity.heartbeat_interval
+        client.output_buffer_size = identity.output_buffer_size
+        client.output_buffer_timeout = identity.output_buffer_timeout
+        client.sample_rate = identity.sample_rate
+        client.msg_timeout = identity.msg_timeout
+        client.identified = True
+        self._stop_timers()
+        self._start_timers()
+        if not identity.feature_negotiation:
+            return OK
+        return identify.response(identity, self.opts, auth_required=False)
+
+    def _auth(self, command: Command) -> bytes | None:
+        if self.client.state != STATE_INIT:
+            raise FatalClientError("E_INVALID", "cannot AUTH in current state")
+        if command.args:
+            raise FatalClientError("E_INVALID", "AUTH invalid number of parameters")
+        if command.error is not None:
+            raise command.error
+        raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")
+
+    def _sub(self, command: Command) -> bytes | None:
+        client = self.client
+        if client.state != STATE_INIT:
+            raise FatalClientError("E_INVALID", "cannot SUB in current state")
+        if client.heartbeat_interval <= 0:
+            raise FatalClientError("E_INVALID", "cannot SUB with heartbeats disabled")
+        if len(command.args) < 2:
+            raise FatalClientError("E_INVALID", "SUB insufficient number of parameters")
+        topic_name, channel_name = _name(command.args[0]), _name(command.args[1])
+        if not is_valid_topic_name(topic_name):
+            raise FatalClientError("E_BAD_TOPIC", f"SUB topic name {go_quote(topic_name)} is not valid")
+        if not is_valid_channel_name(channel_name):
+            raise FatalClientError("E_BAD_CHANNEL", f"SUB channel name {go_quote(channel_name)} is not valid")
+        channel = self.nsqd.get_topic(topic_name).get_channel(channel_name)
+        try:
+            channel.add_client(client)
+        except ChannelError as error:
+            raise FatalClientError("E_SUB_FAILED", f"SUB failed {error}") from None
+        client.state = STATE_SUBSCRIBED
+        client.channel = channel
+        return OK
+
+    def _rdy(self, command: Command) -> bytes | None:
+        client = self.client
+        if client.state == STATE_CLOSING:
+            log.info("PROTOCOL(V2): [%s] ignoring RDY after CLS in state ClientStateV2Closing", client)
+            return None
+        if client.state != STATE_SUBSCRIBED:
+            raise FatalClientError("E_INVALID", "cannot RDY in current state")
+        count = 1
+        if command.args:
+            parsed = _decimal(command.args[0])
+            if parsed is None:
+                raise FatalClientError("E_INVALID", f"RDY could not parse count {_name(command.args[0])}")
+            count = parsed
+        if count > self.opts.max_rdy_count:
+            raise FatalClientError("E_INVALID", f"RDY count {count} out of range 0-{self.opts.max_rdy_count}")
+        client.ready_count = count
+        self._subscribed_channel().update_ready(client)
+        return None
+
+    def _message_command(self, command: Command, name: str, min_args: int) -> tuple[Channel, bytes]:
+        """The checks FIN, REQ and TOUCH share; returns the channel and the message ID."""
+        if self.client.state not in (STATE_SUBSCRIBED, STATE_CLOSING):
+            raise FatalClientError("E_INVALID", f"cannot {name} in current state")
+        if len(command.args) < min_args:
+            raise FatalClientError("E_INVALID", f"{name} insufficient number of params")
+        msg_id = command.args[0]
+        if len(msg_id) != 16:
+            raise FatalClientError("E_INVALID", "invalid message ID")
+        return self._subscribed_channel(), msg_id
+
+    def _fin(self, command: Command) -> bytes | None:
+        channel, msg_id = self._message_command(command, "FIN", 1)
+        try:
+            channel.finish(self.client, msg_id)
+        except ChannelError as error:
+            raise ClientError("E_FIN_FAILED", f"FIN {_name(msg_id)} failed {error}") from None
+        return None
+
+    def _req(self, command: Command) -> bytes | None:
+        channel, msg_id = self._message_command(command, "REQ", 2)
+        timeout_ms = _decimal(command.args[1])
+        if timeout_ms is None:
+            raise FatalClientError("E_INVALID", f"REQ could not parse timeout {_name(command.args[1])}")
+        max_ms = int(self.opts.max_req_timeout * 1000)
+        if timeout_ms > max_ms:
+            log.info("PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
+                     self.client, timeout_ms, max_ms, max_ms)
+            timeout_ms = max_ms
+        try:
+            channel.requeue(self.client, msg_id, timeout_ms / 1000)
+        except ChannelError as error:
+            raise ClientError("E_REQ_FAILED", f"REQ {_name(msg_id)} failed {error}") from None
+        return None
+
+    def _touch(self, command: Command) -> bytes | None:
+        channel, msg_id = self._message_command(command, "TOUCH", 1)
+        try:
+            channel.touch(self.client, msg_id)
+        except ChannelError as error:
+            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_name(msg_id)} failed {error}") from None
+        return None
+
+    def _cls(self, command: Command) -> bytes | None:
+        client = self.client
+        if client.state != STATE_SUBSCRIBED:
+            raise FatalClientError("E_INVALID", "cannot CLS in current state")
+        client.ready_count = 0
+        client.state = STATE_CLOSING
+        self._subscribed_channel().update_ready(client)
+        return CLOSE_WAIT
+
+    def _nop(self, command: Command) -> bytes | None:
+        return None
+
+    def _topic_for_publish(self, command: Command, name: str, min_args: int, quote_prefix: str = "") -> str:
+        if len(command.args) < min_args:
+            raise FatalClientError("E_INVALID", f"{name} insufficient number of parameters")
+        topic_name = _name(command.args[0])
+        if not is_valid_topic_name(topic_name):
+            raise FatalClientError("E_BAD_TOPIC", f"{quote_prefix}{name} topic name {go_quote(topic_name)} is not valid")
+        return topic_name
+
+    def _publish(self, topic_name: str, bodies: list[bytes], code: str, name: str, defer_ms: int = 0) -> bytes:
+        try:
+            self.nsqd.get_topic(topic_name).publish(bodies, defer_ms)
+        except TopicError as error:
+            raise FatalClientError(code, f"{name} failed {error}") from None
+        self.client.published(topic_name, len(bodies))
+        return OK
+
+    def _pub(self, command: Command) -> bytes | None:
+        topic_name = self._topic_for_publish(command, "PUB", 1)
+        if command.error is not None:
+            raise command.error
+        return self._publish(topic_name, [command.body], "E_PUB_FAILED", "PUB")
+
+    def _mpub(self, command: Command) -> bytes | None:
+        # NSQ's text repeats the code here
+        topic_name = self._topic_for_publish(command, "MPUB", 1, quote_prefix="E_BAD_TOPIC ")
+        self.nsqd.get_topic(topic_name)  # NSQ creates the topic before reading the body
+        if command.error is not None:
+            raise command.error
+        assert command.messages is not None
+        return self._publish(topic_name, command.messages, "E_MPUB_FAILED", "MPUB")
+
+    def _dpub(self, command: Command) -> bytes | None:
+        topic_name = self._topic_for_publish(command, "DPUB", 2)
+        defer_ms = _decimal(command.args[1])
+        if defer_ms is None:
+            raise FatalClientError("E_INVALID", f"DPUB could not parse timeout {_name(command.args[1])}")
+        max_ms = int(self.opts.max_req_timeout * 1000)
+        if defer_ms > max_ms:
+            raise FatalClientError("E_INVALID", f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
+        if command.error is not None:
+            raise command.error
+        return self._publish(topic_name, [command.body], "E_DPUB_FAILED", "DPUB", defer_ms)
+
+    def _subscribed_channel(self) -> Channel:
+        assert self.client.channel is not None
+        return self.client.channel
+
+
+_HANDLERS: dict[bytes, Callable[[ConnectionV2, Command], bytes | None]] = {
+    b"IDENTIFY": ConnectionV2._identify,
+    b"AUTH": ConnectionV2._auth,
+    b"SUB": ConnectionV2._sub,
+    b"RDY": ConnectionV2._rdy,
+    b"FIN": ConnectionV2._fin,
+    b"REQ": ConnectionV2._req,
+    b"TOUCH": ConnectionV2._touch,
+    b"CLS": ConnectionV2._cls,
+    b"NOP": ConnectionV2._nop,
+    b"PUB": ConnectionV2._pub,
+    b"MPUB": ConnectionV2._mpub,
+    b"DPUB": ConnectionV2._dpub,
+}

@@ -1,0 +1,1 @@
+"""The data pipeline on Apache Spark. Not built yet."""

@@ -1,0 +1,1 @@
+"""Code every service shares: the sans-I/O protocol core, names, flags and logging."""

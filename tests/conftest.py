@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.processes import NSQDProcess, start_nsqd
+
+# small scan intervals so timeouts and deferrals fire promptly in tests
+FAST_SCAN = ("--queue-scan-interval=20ms", "--queue-scan-refresh-interval=50ms")
+
+
+@pytest.fixture
+def nsqd_factory(tmp_path: Path) -> Iterator[Callable[..., NSQDProcess]]:
+    """Starts nsqd processes with extra flags; every one is stopped at teardown."""
+    started: list[NSQDProcess] = []
+
+    def start(*args: str) -> NSQDProcess:
+        process = start_nsqd(*FAST_SCAN, *args, data_path=tmp_path)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def nsqd(nsqd_factory: Callable[..., NSQDProcess]) -> NSQDProcess:
+    return nsqd_factory()

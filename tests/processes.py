@@ -1,0 +1,80 @@
+"""Real service processes for tests: started on free loopback ports, always stopped by whoever started them."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_LISTENING = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
+
+
+@dataclass
+class NSQDProcess:
+    process: subprocess.Popen[str]
+    tcp_port: int
+    http_port: int
+    log_lines: list[str] = field(default_factory=list)
+
+    @property
+    def tcp_address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.tcp_port)
+
+    def http_url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.http_port}{path}"
+
+    def http(self, method: str, path: str, body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+        """One HTTP request; returns status, headers and body whatever the status."""
+        request = urllib.request.Request(self.http_url(path), data=body, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, dict(error.headers), error.read()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.log_lines += self.process.stdout.read().splitlines()
+            self.process.stdout.close()
+        return self.process.returncode
+
+
+def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15) -> NSQDProcess:
+    """``nsqd`` on 127.0.0.1 with ports chosen by the kernel; ``args`` are extra flags."""
+    command = [sys.executable, "-m", "services.nsqd", "--tcp-address=127.0.0.1:0",
+               "--http-address=127.0.0.1:0", "--broadcast-address=127.0.0.1", *args]
+    if data_path is not None:
+        command.append(f"--data-path={data_path}")
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    ports: dict[str, int] = {}
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    while len(ports) < 2 and time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        match = _LISTENING.search(line)
+        if match:
+            ports[match.group(1)] = int(match.group(3))
+    if len(ports) < 2:
+        process.kill()
+        process.wait()
+        raise RuntimeError("nsqd did not start:\n" + "\n".join(lines))
+    return NSQDProcess(process, ports["TCP"], ports["HTTP"], lines)
