@@ -1,0 +1,88 @@
+"""Load generators: plain blocking sockets in worker processes, so the generator is not the bottleneck.
+
+Each function runs in its own process and returns how many messages it moved in its time window.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+from shared.protocol.frames import MAGIC_V2, encode_command, encode_mpub
+
+_OK_FRAME = struct.pack(">ii", 6, 0) + b"OK"
+_HEADER = struct.Struct(">ii")
+
+
+def connect(address: tuple[str, int]) -> socket.socket:
+    sock = socket.create_connection(address)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sock.sendall(MAGIC_V2)
+    return sock
+
+
+def _expect_ok(sock: socket.socket) -> None:
+    reply = b""
+    while len(reply) < len(_OK_FRAME):
+        chunk = sock.recv(len(_OK_FRAME) - len(reply))
+        if not chunk:
+            raise ConnectionError("closed by server")
+        reply += chunk
+    if reply != _OK_FRAME:
+        raise RuntimeError(f"unexpected reply {reply!r} {sock.recv(4096)!r}")
+
+
+def publish(address: tuple[str, int], topic: str, batch: int, size: int, start_at: float,
+            duration: float) -> int:
+    """Synchronous PUB (batch 1) or MPUB (batch > 1) until ``start_at + duration``; messages acknowledged."""
+    sock = connect(address)
+    body = b"x" * size
+    frame = encode_mpub(topic.encode(), [body] * batch) if batch > 1 else \
+        encode_command(b"PUB", topic.encode(), body=body)
+    count = 0
+    time.sleep(max(0.0, start_at - time.time()))
+    end = start_at + duration
+    while time.time() < end:
+        sock.sendall(frame)
+        _expect_ok(sock)
+        count += batch
+    sock.close()
+    return count
+
+
+def consume(address: tuple[str, int], topic: str, channel: str, rdy: int, expected: int,
+            timeout: float) -> tuple[int, float]:
+    """SUB with RDY ``rdy``, FIN every message; returns (messages, seconds from first to last)."""
+    sock = connect(address)
+    sock.sendall(encode_command(b"SUB", topic.encode(), channel.encode()) + b"RDY %d\n" % rdy)
+    pending = b""
+    received = 0
+    first = last = 0.0
+    deadline = time.time() + timeout
+    unpack = _HEADER.unpack_from
+    while received < expected and time.time() < deadline:
+        data = sock.recv(1 << 20)
+        if not data:
+            break
+        data = pending + data if pending else data
+        pos, end, fins = 0, len(data), []
+        while end - pos >= 8:
+            size, frame_type = unpack(data, pos)
+            if end - pos - 4 < size:
+                break
+            if frame_type == 2:
+                fins.append(b"FIN " + data[pos + 18:pos + 34] + b"\n")
+            elif data[pos + 8:pos + 4 + size] == b"_heartbeat_":
+                fins.append(b"NOP\n")
+            pos += 4 + size
+        pending = data[pos:]
+        if fins:
+            if not first:
+                first = time.time()
+            received += len(fins)
+            last = time.time()
+            sock.sendall(b"".join(fins))
+    sock.close()
+    return received, last - first
