@@ -78,6 +78,7 @@ class WireClient:
             while True:
                 await self.read_frame(timeout, skip_heartbeats=True)
         except ConnectionError:
+            await self.close()
             return True
 
     async def close(self) -> None:

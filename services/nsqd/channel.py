@@ -76,16 +76,15 @@ class Channel:
 
     def put(self, entry: ChannelEntry) -> None:
         if self._ready and not self.paused:
-            self._deliver(next(iter(self._ready)), entry)
+            self._deliver(next(iter(self._ready)), entry, time.monotonic())
         elif self.ephemeral and len(self.memory) >= self._opts.mem_queue_size:
             self.dropped_count += 1  # ephemeral channels never hold more than their memory queue, as in NSQ
         else:
             self.memory.append(entry)
 
-    def _deliver(self, client: Client, entry: ChannelEntry) -> None:
+    def _deliver(self, client: Client, entry: ChannelEntry, now: float) -> None:
         if client.sample_rate and random.randrange(100) > client.sample_rate:
             return  # NSQ's sampling: the message is gone for the whole channel
-        now = time.monotonic()
         msg = InFlightMessage(entry, client, now, now + client.msg_timeout)
         self.in_flight.push(msg)
         client.send_message(msg)
@@ -100,8 +99,9 @@ class Channel:
         memory, ready = self.memory, self._ready
         if self.paused:
             return
+        now = time.monotonic()
         while memory and ready:
-            self._deliver(next(iter(ready)), memory.popleft())
+            self._deliver(next(iter(ready)), memory.popleft(), now)
 
     # -- clients ---------------------------------------------------------------------------------------------
 
@@ -142,6 +142,9 @@ class Channel:
             raise ChannelError("client does not own message")
         return msg
 
+    # finish and requeue leave the client's readiness to the caller, which calls update_ready once after a run of
+    # acknowledgements: the freed window is then refilled in one pass instead of one delivery per FIN
+
     def finish(self, client: Client, msg_id: bytes) -> None:
         msg = self._owned(client, msg_id)
         self.in_flight.pop(msg_id)
@@ -149,7 +152,6 @@ class Channel:
         client.finish_count += 1
         if self.e2e is not None:
             self.e2e.add(time.time_ns() - msg.timestamp, time.monotonic())
-        self.update_ready(client)
 
     def requeue(self, client: Client, msg_id: bytes, delay: float) -> None:
         msg = self._owned(client, msg_id)
@@ -161,7 +163,6 @@ class Channel:
             self.deferred.push(DeferredMessage(msg.entry(), time.monotonic() + delay))
         else:
             self.put(msg.entry())
-        self.update_ready(client)
 
     def touch(self, client: Client, msg_id: bytes) -> None:
         msg = self._owned(client, msg_id)

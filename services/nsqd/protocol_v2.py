@@ -53,6 +53,8 @@ class ConnectionV2(asyncio.Protocol):
         self._last_read = self._loop.time()
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
+        # set by FIN and REQ; the channel refills the client's window once per batch of received bytes
+        self._window_changed = False
 
     # -- connection lifecycle --------------------------------------------------------------------------------
 
@@ -102,6 +104,10 @@ class ConnectionV2(asyncio.Protocol):
                 continue
             if response is not None:
                 client.queue_response(response)
+        if self._window_changed:
+            self._window_changed = False
+            if client.channel is not None:
+                client.channel.update_ready(client)
         client.flush()
 
     def _read_magic(self, data: bytes) -> tuple[CommandParser | None, bytes]:
@@ -241,6 +247,7 @@ class ConnectionV2(asyncio.Protocol):
             channel.finish(self.client, msg_id)
         except ChannelError as error:
             raise ClientError("E_FIN_FAILED", f"FIN {_name(msg_id)} failed {error}") from None
+        self._window_changed = True
         return None
 
     def _req(self, command: Command) -> bytes | None:
@@ -257,6 +264,7 @@ class ConnectionV2(asyncio.Protocol):
             channel.requeue(self.client, msg_id, timeout_ms / 1000)
         except ChannelError as error:
             raise ClientError("E_REQ_FAILED", f"REQ {_name(msg_id)} failed {error}") from None
+        self._window_changed = True
         return None
 
     def _touch(self, command: Command) -> bytes | None:
