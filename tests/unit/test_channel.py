@@ -1,0 +1,176 @@
+"""Channel semantics driven directly, with time as a parameter (no sleeping)."""
+
+from __future__ import annotations
+
+import time
+
+from services.nsqd.channel import Channel, ChannelError
+from services.nsqd.message import ChannelEntry
+from tests.unit.nsqd_fixtures import make_client, options
+
+import pytest
+
+
+def entry(n: int) -> ChannelEntry:
+    return (b"%016d" % n, b"body%d" % n, time.time_ns(), 0)
+
+
+def make_channel(name: str = "c", **opts: object) -> tuple[Channel, list[Channel]]:
+    gone: list[Channel] = []
+    return Channel("t", name, options(**opts), gone.append), gone
+
+
+def subscribe(channel: Channel, client_id: int = 1, ready: int = 1, msg_timeout: float = 60.0):  # type: ignore[no-untyped-def]
+    client, transport = make_client(client_id, ready, msg_timeout)
+    client.channel = channel
+    channel.add_client(client)
+    channel.update_ready(client)
+    return client, transport
+
+
+def test_messages_wait_until_a_client_has_room() -> None:
+    channel, _ = make_channel()
+    channel.put_new([entry(1), entry(2), entry(3)])
+    assert channel.depth == 3 and channel.message_count == 3
+    client, transport = subscribe(channel, ready=2)
+    assert [m.body for m in transport.messages()] == [b"body1", b"body2"]
+    assert channel.depth == 1 and len(channel.in_flight) == 2 and client.in_flight_count == 2
+
+
+def test_fin_frees_the_window() -> None:
+    channel, _ = make_channel()
+    channel.put_new([entry(1), entry(2)])
+    client, transport = subscribe(channel, ready=1)
+    first = transport.messages()[0]
+    channel.finish(client, first.id)
+    channel.update_ready(client)
+    second = transport.messages()
+    assert [m.body for m in second] == [b"body2"] and client.finish_count == 1
+    with pytest.raises(ChannelError, match="ID not in flight"):
+        channel.finish(client, first.id)
+
+
+def test_only_the_owner_can_acknowledge() -> None:
+    channel, _ = make_channel()
+    owner, transport = subscribe(channel, 1)
+    other, _ = subscribe(channel, 2)
+    channel.put(entry(1))
+    msg = transport.messages()[0]
+    for action in (lambda: channel.finish(other, msg.id), lambda: channel.requeue(other, msg.id, 0),
+                   lambda: channel.touch(other, msg.id)):
+        with pytest.raises(ChannelError, match="client does not own message"):
+            action()
+
+
+def test_timeout_redelivers_with_attempts_incremented() -> None:
+    channel, _ = make_channel()
+    client, transport = subscribe(channel, ready=1, msg_timeout=10)
+    start = time.monotonic()
+    channel.put(entry(1))
+    assert transport.messages()[0].attempts == 1
+    assert not channel.process_in_flight(start + 9.9)
+    assert channel.process_in_flight(start + 10.5)
+    again = transport.messages()
+    assert again[0].attempts == 2 and channel.timeout_count == 1 and channel.requeue_count == 0
+    assert client.in_flight_count == 1
+
+
+def test_touch_extends_the_deadline_up_to_max_msg_timeout() -> None:
+    channel, _ = make_channel(max_msg_timeout=30.0)
+    client, transport = subscribe(channel, ready=1, msg_timeout=10)
+    start = time.monotonic()
+    channel.put(entry(1))
+    msg = transport.messages()[0]
+    channel.touch(client, msg.id)
+    assert not channel.process_in_flight(start + 9.5)
+    assert channel.in_flight.get(msg.id) is not None
+    deadline = channel.in_flight.get(msg.id).deadline  # type: ignore[union-attr]
+    assert deadline <= start + 30 + 0.5
+    assert channel.process_in_flight(start + 40)
+
+
+def test_requeue_now_and_with_a_delay() -> None:
+    channel, _ = make_channel()
+    client, transport = subscribe(channel, ready=1)
+    channel.put(entry(1))
+    msg = transport.messages()[0]
+    channel.requeue(client, msg.id, 0)
+    channel.update_ready(client)
+    assert transport.messages()[0].attempts == 2
+    now = time.monotonic()
+    channel.requeue(client, msg.id, 5.0)
+    channel.update_ready(client)
+    assert transport.messages() == [] and len(channel.deferred) == 1
+    assert not channel.process_deferred(now + 4.9)
+    assert channel.process_deferred(now + 5.1)
+    assert transport.messages()[0].attempts == 3 and channel.requeue_count == 2
+
+
+def test_deferred_messages_count_when_deferred() -> None:
+    channel, _ = make_channel()
+    now = time.monotonic()
+    channel.put_deferred(entry(1), 2.0, now)
+    assert channel.message_count == 1 and channel.depth == 0 and len(channel.deferred) == 1
+    assert channel.process_deferred(now + 2.0) and channel.depth == 1
+
+
+def test_pause_holds_and_unpause_delivers() -> None:
+    channel, _ = make_channel()
+    client, transport = subscribe(channel, ready=5)
+    channel.pause()
+    channel.put_new([entry(1), entry(2)])
+    assert transport.messages() == [] and channel.depth == 2
+    channel.unpause()
+    assert len(transport.messages()) == 2
+
+
+def test_consumers_share_round_robin() -> None:
+    channel, _ = make_channel()
+    _, first = subscribe(channel, 1, ready=10)
+    _, second = subscribe(channel, 2, ready=10)
+    channel.put_new([entry(n) for n in range(10)])
+    assert len(first.messages()) == 5 and len(second.messages()) == 5
+
+
+def test_empty_drops_everything() -> None:
+    channel, _ = make_channel()
+    client, transport = subscribe(channel, ready=1)
+    channel.put_new([entry(1), entry(2)])
+    channel.put_deferred(entry(3), 10, time.monotonic())
+    channel.empty()
+    assert (channel.depth, len(channel.in_flight), len(channel.deferred), client.in_flight_count) == (0, 0, 0, 0)
+
+
+def test_disconnected_clients_messages_stay_in_flight_until_timeout() -> None:
+    channel, _ = make_channel()
+    client, transport = subscribe(channel, ready=1, msg_timeout=5)
+    channel.put(entry(1))
+    channel.remove_client(client)
+    assert len(channel.in_flight) == 1
+    channel.process_in_flight(time.monotonic() + 6)
+    assert channel.depth == 1
+
+
+def test_max_channel_consumers() -> None:
+    channel, _ = make_channel(max_channel_consumers=1)
+    subscribe(channel, 1)
+    with pytest.raises(ChannelError, match="consumers for t:c exceeds limit of 1"):
+        subscribe(channel, 2)
+
+
+def test_ephemeral_channel_reports_its_last_client_and_drops_overflow() -> None:
+    channel, gone = make_channel("tail#ephemeral", mem_queue_size=2)
+    client, _ = subscribe(channel, ready=0)
+    channel.put_new([entry(n) for n in range(5)])
+    assert channel.depth == 2 and channel.dropped_count == 3 and channel.message_count == 5
+    channel.remove_client(client)
+    assert gone == [channel]
+
+
+def test_sampling_keeps_about_the_rate() -> None:
+    channel, _ = make_channel()
+    client, transport = subscribe(channel, ready=2500)
+    client.sample_rate = 49
+    channel.put_new([entry(n) for n in range(2000)])
+    kept = len(transport.messages())
+    assert 800 < kept < 1200  # keep probability is (rate + 1) / 100

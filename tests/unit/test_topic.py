@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from services.nsqd.topic import Topic, TopicError
+from tests.unit.nsqd_fixtures import options
+
+
+def make_topic(name: str = "t", **opts: object) -> Topic:
+    return Topic(name, options(**opts), lambda topic: None)
+
+
+def test_topic_holds_messages_until_its_first_channel() -> None:
+    topic = make_topic()
+    topic.publish([b"a", b"b"])
+    assert topic.depth == 2 and topic.message_count == 2 and topic.message_bytes == 2
+    first = topic.get_channel("first")
+    assert topic.depth == 0 and first.depth == 2
+    topic.publish([b"c"])
+    later = topic.get_channel("later")
+    topic.publish([b"d"])
+    assert first.depth == 4 and later.depth == 1  # a later channel misses the earlier backlog, as in NSQ
+
+
+def test_every_channel_gets_a_copy_with_the_same_id() -> None:
+    topic = make_topic()
+    channels = [topic.get_channel(name) for name in ("a", "b")]
+    topic.publish([b"x"])
+    entries = [channel.memory[0] for channel in channels]
+    assert entries[0][:3] == entries[1][:3] and entries[0][3] == 0
+
+
+def test_ids_are_unique_and_increasing() -> None:
+    topic = make_topic()
+    channel = topic.get_channel("c")
+    topic.publish([b"m"] * 5000)
+    ids = [entry[0] for entry in channel.memory]
+    assert ids == sorted(ids) and len(set(ids)) == 5000
+
+
+def test_publish_is_refused_whole_when_a_queue_would_overflow() -> None:
+    topic = make_topic(mem_queue_size=3)
+    channel = topic.get_channel("c")
+    topic.publish([b"1", b"2"])
+    with pytest.raises(TopicError, match="queue full"):
+        topic.publish([b"3", b"4"])
+    assert channel.depth == 2 and topic.message_count == 2
+
+
+def test_ephemeral_channels_do_not_block_publishing() -> None:
+    topic = make_topic(mem_queue_size=1)
+    topic.get_channel("tail#ephemeral")
+    topic.publish([b"1", b"2", b"3"])
+    assert topic.channels["tail#ephemeral"].dropped_count == 2
+
+
+def test_paused_topic_holds_then_delivers() -> None:
+    topic = make_topic()
+    channel = topic.get_channel("c")
+    topic.pause()
+    topic.publish([b"1"])
+    assert topic.depth == 1 and channel.depth == 0
+    topic.unpause()
+    assert topic.depth == 0 and channel.depth == 1
+
+
+def test_deferred_publish_starts_its_delay_in_each_channel() -> None:
+    topic = make_topic()
+    channel = topic.get_channel("c")
+    before = time.monotonic()
+    topic.publish([b"later"], defer_ms=1500)
+    assert channel.depth == 0 and len(channel.deferred) == 1
+    assert not channel.process_deferred(before + 1.4)
+    assert channel.process_deferred(time.monotonic() + 1.6) and channel.depth == 1
+
+
+def test_empty_drops_only_the_topic_queue() -> None:
+    topic = make_topic()
+    topic.pause()
+    channel = topic.get_channel("c")
+    topic.publish([b"1"])
+    topic.empty()
+    assert topic.depth == 0 and channel.depth == 0
+
+
+def test_exiting_topic_refuses() -> None:
+    topic = make_topic()
+    topic.close()
+    with pytest.raises(TopicError, match="exiting"):
+        topic.publish([b"x"])
