@@ -146,7 +146,9 @@ class Channel:
     # acknowledgements: the freed window is then refilled in one pass instead of one delivery per FIN
 
     def finish(self, client: Client, msg_id: bytes) -> None:
-        msg = self._owned(client, msg_id)
+        msg = self.in_flight.get(msg_id)
+        if msg is None or msg.client is not client:
+            raise ChannelError("ID not in flight" if msg is None else "client does not own message")
         self.in_flight.pop(msg_id)
         client.in_flight_count -= 1
         client.finish_count += 1
