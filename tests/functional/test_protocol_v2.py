@@ -396,3 +396,20 @@ async def test_idle_consumer_gets_messages_promptly(nsqd: NSQDProcess) -> None:
     await consumer.read_message()
     assert loop.time() - started < 0.2  # well under the 250 ms output_buffer_timeout
     await consumer.close()
+
+
+async def test_e2e_processing_latency_percentiles(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    nsqd = nsqd_factory("--e2e-processing-latency-percentile=0.99,0.5")
+    consumer = await connect(nsqd)
+    await consumer.subscribe("e2e", "c", rdy=10)
+    await publish(nsqd, "e2e", b"1", b"2")
+    for msg in await consumer.read_messages(2):
+        await consumer.command(b"FIN", msg.id)
+    await consumer.command(b"NOP")
+    await asyncio.sleep(0.1)
+    topic = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"][0]
+    for latency in (topic["e2e_processing_latency"], topic["channels"][0]["e2e_processing_latency"]):
+        assert latency["count"] == 2
+        assert [p["quantile"] for p in latency["percentiles"]] == [0.99, 0.5]
+        assert all(0 < p["value"] < 5e9 for p in latency["percentiles"])
+    await consumer.close()
