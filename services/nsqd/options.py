@@ -122,6 +122,9 @@ class Options:
                 raise FlagError(f"--e2e-processing-latency-percentile {quantile} must be in (0,1]")
         if self.tls_required not in ("true", "false", "tcp-https"):
             raise FlagError(f"--tls-required: invalid value {self.tls_required!r}")
+        if self.tls_required != "false" or self.tls_client_auth_policy:
+            # refusing beats silently serving plain text to a cluster that asked for TLS
+            raise FlagError("--tls-required/--tls-client-auth-policy: TLS is not supported by this nsqd yet")
         if self.mem_queue_size < 0:
             raise FlagError("--mem-queue-size must be >= 0")
         for name in ("max_rdy_count", "max_msg_size", "max_body_size", "queue_scan_selection_count",
