@@ -61,9 +61,8 @@ class LatencyWindow:
 def summarize(percentiles: list[float], parts: list[Any]) -> dict[str, Any]:
     samples = sorted(value for part in parts for value in part.samples)
     count = sum(part.count for part in parts)
-    if not samples:
-        return {"count": count, "percentiles": None}
-    values = [{"quantile": q, "value": samples[min(len(samples) - 1, int(q * len(samples)))]}
+    # before the first sample NSQ reports every quantile at 0
+    values = [{"quantile": q, "value": samples[min(len(samples) - 1, int(q * len(samples)))] if samples else 0}
               for q in sorted(percentiles, reverse=True)]
     return {"count": count, "percentiles": values}
 

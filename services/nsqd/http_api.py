@@ -13,7 +13,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from shared.flags import flag_specs
-from shared.http_api import HTTPError, json_response, nsq_errors, parse_bool, text_response
+from shared.http_api import (HTTPError, empty_response, json_response, nsq_errors, parse_bool, redirect_fixed_paths,
+                             text_response)
 from shared.log_format import level_number
 from shared.names import is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import split_mpub
@@ -37,20 +38,17 @@ _LOG_LEVEL_NUMBERS = {name: number for number, name in enumerate(LOG_LEVELS, sta
 
 
 def build_app(nsqd: NSQD) -> web.Application:
-    app = web.Application(middlewares=[nsq_errors, web.normalize_path_middleware(remove_slash=True,
-                                                                                  append_slash=False)],
+    app = web.Application(middlewares=[nsq_errors(log), redirect_fixed_paths],
                           client_max_size=max(nsqd.opts.max_body_size, nsqd.opts.max_msg_size) + 1)
     app[NSQD_KEY] = nsqd
-    app.router.add_get("/ping", ping)
-    app.router.add_get("/info", info)
-    app.router.add_get("/stats", get_stats)
-    app.router.add_get("/metrics", metrics)
+    for path, handler in (("/ping", ping), ("/info", info), ("/stats", get_stats), ("/metrics", metrics),
+                          ("/config/{opt}", config)):
+        app.router.add_get(path, handler, allow_head=False)
     app.router.add_post("/pub", pub)
     app.router.add_post("/mpub", mpub)
     for action in ("create", "delete", "empty", "pause", "unpause"):
         app.router.add_post(f"/topic/{action}", topic_action)
         app.router.add_post(f"/channel/{action}", channel_action)
-    app.router.add_get("/config/{opt}", config)
     app.router.add_put("/config/{opt}", config)
     return app
 
@@ -107,10 +105,21 @@ def _topic_name(request: web.Request, invalid_code: str = "INVALID_TOPIC") -> st
 async def _read_limited(request: web.Request, limit: int, code: str) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise HTTPError(413, code)
-    body = await request.content.read(limit + 1)
+    body = await _read_at_most(request, limit + 1)
     if len(body) > limit:
         raise HTTPError(413, code)
     return body
+
+
+async def _read_at_most(request: web.Request, size: int) -> bytes:
+    """The body up to ``size`` bytes (``content.read(n)`` stops at whatever has arrived, so it loops)."""
+    body = bytearray()
+    while len(body) < size:
+        chunk = await request.content.read(size - len(body))
+        if not chunk:
+            break
+        body += chunk
+    return bytes(body)
 
 
 def _publish(topic: Topic, bodies: list[bytes], defer_ms: int = 0) -> web.Response:
@@ -182,16 +191,17 @@ async def topic_action(request: web.Request) -> web.Response:
     action = request.path.rsplit("/", 1)[1]
     if action == "create":
         nsqd.get_topic(_topic_name(request))
-    elif action == "delete":
-        name = request.query.get("topic")
-        if name is None:
-            raise HTTPError(400, "MISSING_ARG_TOPIC")
-        _existing_topic(request, name)
+        return empty_response()
+    # as in NSQ, only /topic/empty validates the name; delete and (un)pause answer 404 for an invalid one
+    name = _topic_name(request) if action == "empty" else request.query.get("topic")
+    if name is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    topic = _existing_topic(request, name)
+    if action == "delete":
         nsqd.delete_topic(name)
     else:
-        topic = _existing_topic(request, _topic_name(request))
         {"empty": topic.empty, "pause": topic.pause, "unpause": topic.unpause}[action]()
-    return text_response("")
+    return empty_response()
 
 
 def _topic_and_channel_names(request: web.Request) -> tuple[str, str]:
@@ -210,7 +220,7 @@ async def channel_action(request: web.Request) -> web.Response:
     topic = _existing_topic(request, topic_name)
     if action == "create":
         topic.get_channel(channel_name)
-        return text_response("")
+        return empty_response()
     channel = topic.channels.get(channel_name)
     if channel is None:
         raise HTTPError(404, "CHANNEL_NOT_FOUND")
@@ -219,13 +229,13 @@ async def channel_action(request: web.Request) -> web.Response:
     else:
         actions = {"empty": Channel.empty, "pause": Channel.pause, "unpause": Channel.unpause}
         actions[action](channel)
-    return text_response("")
+    return empty_response()
 
 
 async def config(request: web.Request) -> web.Response:
     nsqd, name = _nsqd(request), request.match_info["opt"]
     if request.method == "PUT":
-        body = await request.content.read(nsqd.opts.max_msg_size + 1)
+        body = await _read_at_most(request, nsqd.opts.max_msg_size + 1)
         if not body or len(body) > nsqd.opts.max_msg_size:
             raise HTTPError(413, "INVALID_VALUE")
         _set_option(nsqd, name, body)

@@ -67,23 +67,49 @@ def _resident_bytes() -> int:
 
 def collect(nsqd: NSQD, topic: str | None, channel: str | None, include_clients: bool,
             include_mem: bool) -> dict[str, Any]:
-    """The JSON document of ``/stats?format=json`` (``null`` lists where NSQ has them)."""
-    now = time.monotonic()
-    topics: list[dict[str, Any]] | None
-    if topic is None:
-        topics = [nsqd.topics[name].stats(channel, include_clients, now) for name in sorted(nsqd.topics)
-                  if channel is None or channel in nsqd.topics[name].channels]
-    elif topic in nsqd.topics and (channel is None or channel in nsqd.topics[topic].channels):
-        topics = [nsqd.topics[topic].stats(channel, include_clients, now)]
-    else:
-        topics = None
-    producers = [client.stats() for client in nsqd.producers(topic)]
+    """The JSON document of ``/stats?format=json``, with NSQ's ``null`` lists: ``topics`` and ``producers`` when
+    the topic filter matches nothing, ``clients`` and ``producers`` without clients or producers to list."""
     document: dict[str, Any] = {"version": VERSION, "health": nsqd.health, "start_time": nsqd.start_time,
-                                "topics": topics}
+                                "topics": None}
     if include_mem:
         document["memory"] = memory_stats(nsqd.gc_pauses)
-    document["producers"] = producers or None
+    document["producers"] = None
+    if topic is None or topic in nsqd.topics:  # NSQ lists nothing at all for an unknown topic
+        document["topics"] = _topics(nsqd, topic, channel, include_clients)
+        if include_clients:
+            # every producer is listed, as in NSQ; a topic filter only narrows its pub_counts
+            document["producers"] = [_narrow_pub_counts(client.stats(), topic)
+                                     for client in nsqd.producers(None)] or None
     return document
+
+
+def _topics(nsqd: NSQD, topic: str | None, channel: str | None, include_clients: bool) -> list[dict[str, Any]]:
+    """A channel filter skips the topics without that channel, which can leave [] (never null, as in NSQ)."""
+    now = time.monotonic()
+    topics = []
+    for name in sorted(nsqd.topics) if topic is None else [topic]:
+        if channel is None or channel in nsqd.topics[name].channels:
+            topic_stats = nsqd.topics[name].stats(channel, include_clients, now)
+            for channel_stats in topic_stats["channels"]:
+                for client_stats in channel_stats["clients"] or []:
+                    _narrow_pub_counts(client_stats, topic)
+            topics.append(topic_stats)
+    return topics
+
+
+def _narrow_pub_counts(client_stats: dict[str, Any], topic: str | None) -> dict[str, Any]:
+    """NSQ's ``ClientStats(topic)``: with a topic filter, ``pub_counts`` only for that topic (omitted if none).
+
+    NSQ 1.3 also stops after the first topic even without a filter (nsqio/nsq#1497); every topic is listed here.
+    """
+    counts = client_stats.get("pub_counts")
+    if topic is not None and counts:
+        counts = [count for count in counts if count["topic"] == topic]
+        if counts:
+            client_stats["pub_counts"] = counts
+        else:
+            del client_stats["pub_counts"]
+    return client_stats
 
 
 def render_text(nsqd: NSQD, document: dict[str, Any]) -> str:
@@ -96,7 +122,9 @@ def render_text(nsqd: NSQD, document: dict[str, Any]) -> str:
     topics = document["topics"] or []
     lines.append("")
     lines.append("Topics:" if topics else "Topics: None")
-    for topic in topics:
+    for index, topic in enumerate(topics):
+        if index:
+            lines.append("")  # NSQ starts every topic after the first with a blank line
         lines.append(_topic_line(topic))
         for channel in topic["channels"]:
             lines.append(_channel_line(channel))
@@ -108,8 +136,15 @@ def render_text(nsqd: NSQD, document: dict[str, Any]) -> str:
 
 
 def _e2e_text(e2e: dict[str, Any]) -> str:
-    return ", ".join(f"{p['quantile'] * 100:.1f}%: {format_duration(p['value'] / 1e9)}"
-                     for p in e2e["percentiles"] or [])
+    return ", ".join(_nanoseconds_text(p["value"]) for p in e2e["percentiles"] or [])
+
+
+def _nanoseconds_text(value: float) -> str:
+    """NSQ's NanoSecondToHuman: ``1.5ms``, ``800.0us``."""
+    for scale, suffix in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if value > scale:
+            return f"{value / scale:.1f}{suffix}"
+    return f"{value:.1f}ns"
 
 
 def _topic_line(t: dict[str, Any]) -> str:
