@@ -48,6 +48,8 @@ class Channel:
         self.requeue_count = 0
         self.timeout_count = 0
         self.dropped_count = 0
+        # deliveries to consumers; NSQ reports them as global_msg_count (not zone- or region-local)
+        self.delivered_count = 0
         self._opts = opts
         self._on_last_client_gone = on_last_client_gone
         self.e2e: LatencyWindow | None = None
@@ -86,6 +88,7 @@ class Channel:
         if client.sample_rate and random.randrange(100) > client.sample_rate:
             return  # NSQ's sampling: the message is gone for the whole channel
         msg = InFlightMessage(entry, client, now, now + client.msg_timeout)
+        self.delivered_count += 1
         self.in_flight.push(msg)
         client.send_message(msg)
         ready = self._ready
@@ -218,11 +221,16 @@ class Channel:
 
     def stats(self, include_clients: bool, now: float) -> dict[str, Any]:
         clients = [client.stats() for client in self.clients.values()] if include_clients else None
-        return {
+        stats: dict[str, Any] = {
             "channel_name": self.name, "depth": self.depth, "backend_depth": 0,
             "in_flight_count": len(self.in_flight), "deferred_count": len(self.deferred),
-            "message_count": self.message_count, "requeue_count": self.requeue_count,
-            "timeout_count": self.timeout_count, "client_count": len(self.clients), "clients": clients,
-            "paused": self.paused,
-            "e2e_processing_latency": self.e2e.result(now) if self.e2e is not None else DISABLED,
+            "message_count": self.message_count,
         }
+        if self.delivered_count:
+            stats["global_msg_count"] = self.delivered_count  # omitted when 0, as NSQ does
+        stats.update({
+            "requeue_count": self.requeue_count, "timeout_count": self.timeout_count,
+            "client_count": len(self.clients), "clients": clients, "paused": self.paused,
+            "e2e_processing_latency": self.e2e.result(now) if self.e2e is not None else DISABLED,
+        })
+        return stats
