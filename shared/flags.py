@@ -13,8 +13,18 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+from .names import go_quote
+
+# a duration is a sequence of decimal numbers, each with a unit; a unit runs up to the next digit or dot
+_DURATION_NUMBER = re.compile(r"([0-9]*)(\.[0-9]*)?")
+_DURATION_UNIT = re.compile(r"[^0-9.]*")
+# "µs" as U+00B5 (micro sign) and as U+03BC (Greek mu), as Go accepts both
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
+                 "h": 3600.0}
+_SECOND_NS = 1_000_000_000
+# Go's integer literal syntax, which flag.Int accepts (strconv.ParseInt with base 0): 0x1f, 0o17, 017, 0b1, 1_000
+_GO_INT = re.compile(r"[+-]?(?:0[xX](?:_?[0-9a-fA-F])+|0[oO](?:_?[0-7])+|0[bB](?:_?[01])+|0(?:_?[0-7])*|"
+                     r"[1-9](?:_?[0-9])*)")
 
 
 class FlagError(ValueError):
@@ -22,37 +32,57 @@ class FlagError(ValueError):
 
 
 def parse_duration(text: str) -> float:
-    """Go's ``time.ParseDuration``, in seconds."""
-    sign, rest = (-1.0, text[1:]) if text.startswith("-") else (1.0, text.lstrip("+"))
+    """Go's ``time.ParseDuration``, in seconds: ``"1h30m"``, ``"250ms"``, ``"1.5s"``, ``"-2m"``, ``"0"``."""
+    rest = text[1:] if text[:1] in ("-", "+") else text
     if rest == "0":
         return 0.0
+    if not rest:
+        raise ValueError(f"time: invalid duration {go_quote(text)}")
     pos, total = 0, 0.0
     while pos < len(rest):
-        match = _DURATION_PART.match(rest, pos)
-        if match is None:
-            raise ValueError(f"time: invalid duration {text!r}")
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if not rest:
-        raise ValueError(f"time: invalid duration {text!r}")
-    return sign * total
+        number = _DURATION_NUMBER.match(rest, pos)
+        assert number is not None  # every part of the pattern is optional
+        whole, fraction = number.group(1), number.group(2) or ""
+        if not whole and len(fraction) < 2:
+            raise ValueError(f"time: invalid duration {go_quote(text)}")
+        unit = _DURATION_UNIT.match(rest, number.end())
+        assert unit is not None
+        if not unit.group():
+            raise ValueError(f"time: missing unit in duration {go_quote(text)}")
+        if unit.group() not in _UNIT_SECONDS:
+            raise ValueError(f"time: unknown unit {go_quote(unit.group())} in duration {go_quote(text)}")
+        total += float(whole + fraction) * _UNIT_SECONDS[unit.group()]
+        pos = unit.end()
+    return -total if text.startswith("-") else total
 
 
 def format_duration(seconds: float) -> str:
-    """Go's ``Duration.String`` for the values options hold (``60s``, ``250ms``, ``15m0s``, ``1h0m0s``)."""
-    if seconds == 0:
+    """Go's ``Duration.String``: ``0s``, ``1.5µs``, ``250ms``, ``1.5s``, ``1m0s``, ``15m0s``, ``1h0m0s``."""
+    nanos = round(seconds * _SECOND_NS)
+    sign, nanos = ("-", -nanos) if nanos < 0 else ("", nanos)
+    if nanos == 0:
         return "0s"
-    if seconds < 1:
-        millis = seconds * 1e3
-        return f"{millis:g}ms" if millis >= 1 else f"{seconds * 1e6:g}µs"
-    hours, rem = divmod(seconds, 3600)
-    minutes, secs = divmod(rem, 60)
-    text = f"{secs:g}s"
+    if nanos < _SECOND_NS:
+        # below a second Go switches to the largest unit that keeps a nonzero integer part
+        size, unit = next((size, unit) for size, unit in ((10**6, "ms"), (10**3, "\u00b5s"), (1, "ns"))
+                          if nanos >= size)
+        return sign + _decimal(nanos, size) + unit
+    minutes, seconds_ns = divmod(nanos, 60 * _SECOND_NS)
+    hours, minutes = divmod(minutes, 60)
+    text = _decimal(seconds_ns, _SECOND_NS) + "s"
     if hours or minutes:
-        text = f"{int(minutes)}m{text}"
+        text = f"{minutes}m{text}"
     if hours:
-        text = f"{int(hours)}h{text}"
-    return text
+        text = f"{hours}h{text}"
+    return sign + text
+
+
+def _decimal(value: int, unit: int) -> str:
+    """``value / unit`` exactly, without trailing zeros (``unit`` is a power of ten)."""
+    whole, fraction = divmod(value, unit)
+    if not fraction:
+        return str(whole)
+    return f"{whole}.{fraction:0{len(str(unit)) - 1}d}".rstrip("0")
 
 
 @dataclass(frozen=True)
@@ -94,22 +124,45 @@ def _kind_of(default: Any) -> str:
 
 
 def convert(spec: FlagSpec, raw: Any) -> Any:
-    """A flag's value from its text (command line) or from a config file value."""
+    """A flag's value from its text (command line) or from a config file value; errors worded as Go's flag."""
     try:
         return _CONVERTERS[spec.kind](raw)
-    except (TypeError, ValueError) as exc:
-        raise FlagError(f"invalid value {raw!r} for flag -{spec.name}: {exc}") from None
+    except (TypeError, ValueError):
+        value = go_quote(str(raw))
+        if spec.kind == "bool":
+            raise FlagError(f"invalid boolean value {value} for -{spec.name}: parse error") from None
+        raise FlagError(f"invalid value {value} for flag -{spec.name}: parse error") from None
+
+
+# strconv.ParseBool's spellings, and only those
+_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+          "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 
 
 def _to_bool(raw: Any) -> bool:
     if isinstance(raw, bool):
         return raw
-    text = str(raw).lower()
-    if text in ("1", "t", "true"):
-        return True
-    if text in ("0", "f", "false"):
-        return False
-    raise ValueError("parse error")
+    value = _BOOLS.get(str(raw))
+    if value is None:
+        raise ValueError(f"cannot parse {raw!r}")
+    return value
+
+
+def _to_int(raw: Any) -> int:
+    """A config file's integer, or Go integer syntax: a leading 0 means octal, as in Go's flag.Int."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    text = str(raw)
+    if isinstance(raw, bool) or _GO_INT.fullmatch(text) is None:
+        raise ValueError(f"cannot parse {raw!r}")
+    digits = text.lstrip("+-").replace("_", "")
+    if len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():
+        digits = "0o" + digits[1:]
+    value = int(digits, 0)
+    value = -value if text.startswith("-") else value
+    if not -(1 << 63) <= value < 1 << 63:
+        raise ValueError(f"{raw!r} out of range")
+    return value
 
 
 def _to_duration(raw: Any) -> float:
@@ -130,7 +183,7 @@ def _to_float_list(raw: Any) -> list[float]:
 
 
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
-    "bool": _to_bool, "int": lambda raw: int(raw), "float": lambda raw: float(raw), "str": str,
+    "bool": _to_bool, "int": _to_int, "float": lambda raw: float(raw), "str": str,
     "duration": _to_duration, "list": _to_list, "comma_float_list": _to_float_list,
 }
 
@@ -164,7 +217,9 @@ def _scan(specs: dict[str, FlagSpec], argv: Sequence[str]) -> dict[str, list[str
         arg = args.pop(0)
         if arg == "--" or not arg.startswith("-") or arg == "-":
             break
-        name, has_value, value = arg.lstrip("-").partition("=")
+        name, has_value, value = arg[2 if arg.startswith("--") else 1:].partition("=")
+        if not name or name.startswith("-"):
+            raise FlagError(f"bad flag syntax: {arg}")
         spec = specs.get(name)
         if spec is None:
             raise FlagError(f"flag provided but not defined: -{name}")

@@ -23,6 +23,26 @@ def is_ephemeral(name: str) -> bool:
 
 
 def go_quote(text: str) -> str:
-    """A string quoted as Go's ``%q`` prints it, for error texts that must match NSQ's."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return '"' + "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in escaped) + '"'
+    """A string quoted as Go's ``%q`` prints it, for error texts that must match NSQ's.
+
+    A byte that was not UTF-8, decoded with ``errors="surrogateescape"``, comes out as ``\\xNN`` as in Go.
+    """
+    return '"' + "".join(_GO_ESCAPES.get(ch) or _go_escape(ch) for ch in text) + '"'
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
+               "\\": "\\\\", '"': '\\"'}
+
+
+def _go_escape(ch: str) -> str:
+    """strconv.Quote for one character that has no short escape: printable ones stay as they are."""
+    if ch.isprintable():
+        return ch
+    code = ord(ch)
+    if code < 0x20 or code == 0x7F:
+        return f"\\x{code:02x}"
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    if 0xD800 <= code <= 0xDFFF:
+        code = 0xFFFD  # Go writes a rune that is not valid as the replacement character
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

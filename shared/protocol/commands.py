@@ -42,8 +42,9 @@ def _failed(name: bytes, args: list[bytes], code: str, description: str) -> Comm
     return _new(Command, (name, args, b"", None, FatalClientError(code, description)))
 
 
-# (parsed command, position after it), or None when more bytes are needed
-_Parsed = tuple[Command, int] | None
+# (parsed command, position after it); None when more bytes are needed, which are kept from the start of the
+# command; (None, position) when they are kept from that position (an MPUB keeps the messages it has)
+_Parsed = tuple[Command | None, int] | None
 _BodyParser = Callable[["CommandParser", bytes, list[bytes], bytes, int], _Parsed]
 
 
@@ -57,6 +58,8 @@ class CommandParser:
         self._pending = bytearray()
         self._pending_needs = 0
         self._wait_until = 0
+        # an MPUB whose messages are still arriving; the pending bytes then start at its next message
+        self._partial_mpub: _PartialMpub | None = None
         self._stopped = False
 
     def feed(self, data: bytes) -> list[Command]:
@@ -78,6 +81,14 @@ class CommandParser:
     def _parse(self, data: bytes, commands: list[Command]) -> int:
         pos, end = 0, len(data)
         self._wait_until = 0
+        if self._partial_mpub is not None:
+            command, pos = self._mpub_messages(self._partial_mpub, data, 0)
+            if command is None:
+                return pos
+            commands.append(command)
+            if command.error is not None:
+                self._stopped = True
+                return pos
         while pos < end:
             newline = data.find(b"\n", pos, pos + MAX_LINE_LENGTH)
             if newline < 0:
@@ -103,6 +114,8 @@ class CommandParser:
             if parsed is None:
                 return pos
             command, pos = parsed
+            if command is None:
+                return pos
             commands.append(command)
             if command.error is not None:
                 self._stopped = True
@@ -155,22 +168,44 @@ class CommandParser:
             return _failed(name, args, "E_BAD_BODY", f"MPUB invalid body size {body_size}"), start
         if body_size > self.max_body_size:
             return _failed(name, args, "E_BAD_BODY", f"MPUB body too big {body_size} > {self.max_body_size}"), start
-        # NSQ reads the messages from the stream and never reconciles them with the declared size, so the
-        # size only says when the whole body has probably arrived
-        if len(data) < start + 4 + max(body_size, 4):
-            self._wait_until = start + 4 + max(body_size, 4)
-            return None
-        return self._mpub_messages(name, args, data, start + 4)
-
-    def _mpub_messages(self, name: bytes, args: list[bytes], data: bytes, offset: int) -> _Parsed:
+        # NSQ reads the count and the messages from the stream and never reconciles them with the declared
+        # size: the MPUB ends where its last message does, whatever the size said
         try:
-            messages, end = split_mpub(data, offset, self.max_msg_size, self.max_body_size)
+            count = _mpub_count(data, start + 4, self.max_body_size)
         except FatalClientError as error:
-            return _new(Command, (name, args, b"", None, error)), offset
-        if messages is None:
-            self._wait_until = end
+            return _new(Command, (name, args, b"", None, error)), start
+        if count is None:
+            self._wait_until = start + 8
             return None
-        return _new(Command, (name, args, b"", messages, None)), end
+        return self._mpub_messages(_PartialMpub(name, args, count), data, start + 8)
+
+    def _mpub_messages(self, mpub: _PartialMpub, data: bytes, offset: int) -> tuple[Command | None, int]:
+        """Reads on an MPUB's messages from ``offset``: the command once all are there, else (None, the offset of
+        the first missing one), remembering the MPUB so the next feed resumes there."""
+        messages = mpub.messages
+        try:
+            offset, needs = _read_messages(data, offset, len(messages), mpub.count, self.max_msg_size, messages)
+        except FatalClientError as error:
+            self._partial_mpub = None
+            return _new(Command, (mpub.name, mpub.args, b"", None, error)), offset
+        if needs:
+            self._partial_mpub = mpub
+            self._wait_until = needs
+            return None, offset
+        self._partial_mpub = None
+        return _new(Command, (mpub.name, mpub.args, b"", messages, None)), offset
+
+
+class _PartialMpub:
+    """An MPUB whose count has arrived, with the messages read so far."""
+
+    __slots__ = ("name", "args", "count", "messages")
+
+    def __init__(self, name: bytes, args: list[bytes], count: int) -> None:
+        self.name = name
+        self.args = args
+        self.count = count
+        self.messages: list[bytes] = []
 
 
 def split_mpub(data: bytes, offset: int, max_msg_size: int, max_body_size: int) -> tuple[list[bytes] | None, int]:
@@ -179,28 +214,46 @@ def split_mpub(data: bytes, offset: int, max_msg_size: int, max_body_size: int) 
     Returns ``(None, n)`` when ``data`` ends before the messages do (``n`` is the length it must reach to
     continue); raises FatalClientError with NSQ's code and text for a count or size out of bounds.
     """
-    if len(data) < offset + 4:
+    count = _mpub_count(data, offset, max_body_size)
+    if count is None:
         return None, offset + 4
-    (count,) = _SIZE.unpack_from(data, offset)
+    messages: list[bytes] = []
+    end, needs = _read_messages(data, offset + 4, 0, count, max_msg_size, messages)
+    return (None, needs) if needs else (messages, end)
+
+
+def _mpub_count(data: bytes, offset: int, max_body_size: int) -> int | None:
+    """MPUB's message count at ``offset``, None if it has not arrived; NSQ's bound allows 5 bytes a message."""
+    if len(data) < offset + 4:
+        return None
+    count: int = _SIZE.unpack_from(data, offset)[0]
     if count <= 0 or count > (max_body_size - 4) // 5:
         raise FatalClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
+    return count
+
+
+def _read_messages(data: bytes, offset: int, index: int, count: int, max_msg_size: int,
+                   out: list[bytes]) -> tuple[int, int]:
+    """Appends MPUB messages ``index`` to ``count - 1``, read from ``offset``, to ``out``.
+
+    Returns the offset after the last one read and, if one is missing, the length ``data`` must reach to
+    complete it (else 0). A size out of bounds raises NSQ's error as soon as it is read, before its message.
+    """
     unpack, end = _SIZE.unpack_from, len(data)
-    messages: list[bytes] = []
-    offset += 4
-    for i in range(count):
+    for index in range(index, count):
         if offset + 4 > end:
-            return None, offset + 4
-        (size,) = unpack(data, offset)
+            return offset, offset + 4
+        size: int = unpack(data, offset)[0]
         if size <= 0:
-            raise FatalClientError("E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {size}")
+            raise FatalClientError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
         if size > max_msg_size:
             raise FatalClientError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
-        offset += 4
-        if offset + size > end:
-            return None, offset + size
-        messages.append(data[offset:offset + size])
-        offset += size
-    return messages, offset
+        start = offset + 4
+        if start + size > end:
+            return offset, start + size
+        offset = start + size
+        out.append(data[start:offset])
+    return offset, 0
 
 
 _MIN_ARGS = {b"PUB": 1, b"DPUB": 2}
