@@ -47,6 +47,8 @@ class DeadlineQueue(Generic[T]):
     def reschedule(self, item: T, deadline: float) -> None:
         item.deadline = deadline
         heapq.heappush(self._heap, (deadline, item.id))
+        if len(self._heap) > 2 * len(self._by_id) + 64:
+            self._rebuild()
 
     def pop_expired(self, now: float) -> list[T]:
         """Every item whose deadline is at or before ``now``, earliest first."""

@@ -52,10 +52,12 @@ class LatencyWindow:
         return summarize(self.percentiles, self.parts(now))
 
     def _rotate(self, now: float) -> None:
+        # rotations keep a fixed schedule, so no sample outlives its window
         skipped = now - self._rotate_at >= self._half
         self._previous = _Reservoir() if skipped else self._current
         self._current = _Reservoir()
-        self._rotate_at = now + self._half
+        halves = int((now - self._rotate_at) // self._half) + 1
+        self._rotate_at += halves * self._half
 
 
 def summarize(percentiles: list[float], parts: list[Any]) -> dict[str, Any]:

@@ -34,49 +34,54 @@ class Identity:
     tls_v1: bool
 
 
-def _int_field(data: dict[str, Any], name: str) -> int:
-    value = data.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-    return int(value)
-
-
-def _str_field(data: dict[str, Any], name: str, default: str) -> str:
-    value = data.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-    return value
-
-
-def negotiate(body: bytes, opts: Options, remote_host: str) -> Identity:
+def _decode(body: bytes) -> dict[str, Any]:
+    """The request's known fields, type-checked as Go's json.Unmarshal does: null leaves a field at its zero
+    value, and a value of the wrong type (a fraction in an integer field included) fails the whole decode."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
+        data = None
     if not isinstance(data, dict):
-        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-    client_id = _str_field(data, "client_id", "")
-    if not client_id:
-        # go-nsq before 1.0 sent short_id
-        client_id = _str_field(data, "short_id", remote_host) or remote_host
+        raise _undecodable()
+    fields: dict[str, Any] = {}
+    for name, kind in _FIELDS.items():
+        value = data.get(name)
+        if value is None:
+            fields[name] = kind()
+        elif type(value) is not kind:
+            raise _undecodable()
+        else:
+            fields[name] = value
+    return fields
+
+
+def _undecodable() -> FatalClientError:
+    return FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+
+
+_FIELDS: dict[str, type] = {
+    "client_id": str, "hostname": str, "user_agent": str, "feature_negotiation": bool, "heartbeat_interval": int,
+    "output_buffer_size": int, "output_buffer_timeout": int, "tls_v1": bool, "snappy": bool, "deflate": bool,
+    "deflate_level": int, "sample_rate": int, "msg_timeout": int, "topology_region": str, "topology_zone": str,
+}
+
+
+def negotiate(body: bytes, opts: Options) -> Identity:
+    fields = _decode(body)
     # checked in NSQ's order, so the first bad field is the one reported
-    heartbeat_interval = _heartbeat_interval(_int_field(data, "heartbeat_interval"), opts)
-    buffer_size, buffer_timeout = _output_buffer(
-        _int_field(data, "output_buffer_size"), _int_field(data, "output_buffer_timeout"), opts)
+    heartbeat_interval = _heartbeat_interval(fields["heartbeat_interval"], opts)
+    buffer_size, buffer_timeout = _output_buffer(fields["output_buffer_size"], fields["output_buffer_timeout"], opts)
     identity = Identity(
-        client_id=client_id,
-        hostname=_str_field(data, "hostname", remote_host) or remote_host,
-        user_agent=_str_field(data, "user_agent", ""),
-        feature_negotiation=bool(data.get("feature_negotiation", False)),
+        client_id=fields["client_id"], hostname=fields["hostname"], user_agent=fields["user_agent"],
+        feature_negotiation=fields["feature_negotiation"],
         heartbeat_interval=heartbeat_interval,
         output_buffer_size=buffer_size, output_buffer_timeout=buffer_timeout,
-        sample_rate=_sample_rate(_int_field(data, "sample_rate")),
-        msg_timeout=_msg_timeout(_int_field(data, "msg_timeout"), opts),
+        sample_rate=_sample_rate(fields["sample_rate"]),
+        msg_timeout=_msg_timeout(fields["msg_timeout"], opts),
         deflate=False, deflate_level=6, snappy=False, tls_v1=False,
     )
-    _negotiate_transport(identity, data, opts)
+    if identity.feature_negotiation:
+        _negotiate_transport(identity, fields, opts)
     return identity
 
 
@@ -95,23 +100,20 @@ def _heartbeat_interval(requested_ms: int, opts: Options) -> float:
 
 
 def _output_buffer(size: int, timeout_ms: int, opts: Options) -> tuple[int, float]:
-    if size == -1:
-        # buffering disabled: every frame is written at once
-        buffer_size, buffer_timeout = 1, 0.0
-    elif size == 0:
-        buffer_size, buffer_timeout = 16 * 1024, opts.output_buffer_timeout
-    elif 64 <= size <= opts.max_output_buffer_size:
-        buffer_size, buffer_timeout = size, opts.output_buffer_timeout
-    else:
-        raise _invalid(f"output buffer size ({size}) is invalid")
+    """NSQ's SetOutputBuffer: the timeout is checked first, and size -1 then disables buffering altogether."""
+    buffer_size, buffer_timeout = 16 * 1024, opts.output_buffer_timeout
     if timeout_ms == -1:
         buffer_timeout = 0.0
-    elif timeout_ms == 0:
-        pass
-    elif opts.min_output_buffer_timeout * 1000 <= timeout_ms <= opts.max_output_buffer_timeout * 1000:
+    elif timeout_ms != 0:
+        if not opts.min_output_buffer_timeout * 1000 <= timeout_ms <= opts.max_output_buffer_timeout * 1000:
+            raise _invalid(f"output buffer timeout ({timeout_ms}) is invalid")
         buffer_timeout = timeout_ms / 1000
-    else:
-        raise _invalid(f"output buffer timeout ({timeout_ms}) is invalid")
+    if size == -1:
+        buffer_size, buffer_timeout = 1, 0.0  # every frame is written at once
+    elif size != 0:
+        if not 64 <= size <= opts.max_output_buffer_size:
+            raise _invalid(f"output buffer size ({size}) is invalid")
+        buffer_size = size
     return buffer_size, buffer_timeout
 
 
@@ -131,10 +133,10 @@ def _msg_timeout(requested_ms: int, opts: Options) -> float:
 
 def _negotiate_transport(identity: Identity, data: dict[str, Any], opts: Options) -> None:
     """TLS, snappy and deflate are not offered yet: requests for them are answered false."""
-    deflate_requested = bool(data.get("deflate", False)) and opts.deflate
-    level = _int_field(data, "deflate_level")
+    deflate_requested = data["deflate"] and opts.deflate
+    level = data["deflate_level"]
     identity.deflate_level = min(level if deflate_requested and level > 0 else 6, opts.max_deflate_level)
-    if deflate_requested and bool(data.get("snappy", False)) and opts.snappy:
+    if deflate_requested and data["snappy"] and opts.snappy:
         raise FatalClientError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
 
 
@@ -143,8 +145,8 @@ def response(identity: Identity, opts: Options, auth_required: bool) -> bytes:
     return json.dumps({
         "max_rdy_count": opts.max_rdy_count,
         "version": VERSION,
-        "max_msg_timeout": int(opts.max_msg_timeout * 1000),
-        "msg_timeout": int(identity.msg_timeout * 1000),
+        "max_msg_timeout": round(opts.max_msg_timeout * 1000),
+        "msg_timeout": round(identity.msg_timeout * 1000),
         "tls_v1": identity.tls_v1,
         "deflate": identity.deflate,
         "deflate_level": identity.deflate_level,
@@ -153,7 +155,7 @@ def response(identity: Identity, opts: Options, auth_required: bool) -> bytes:
         "sample_rate": identity.sample_rate,
         "auth_required": auth_required,
         "output_buffer_size": identity.output_buffer_size,
-        "output_buffer_timeout": int(identity.output_buffer_timeout * 1000),
+        "output_buffer_timeout": round(identity.output_buffer_timeout * 1000),
         "topology_region": opts.topology_region,
         "topology_zone": opts.topology_zone,
     }, separators=(",", ":")).encode()

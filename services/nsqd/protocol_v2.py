@@ -38,7 +38,7 @@ def _decimal(text: bytes) -> int | None:
 
 
 def _name(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
+    return raw.decode("utf-8", "surrogateescape")  # go_quote prints undecodable bytes as \xNN, as Go does
 
 
 class ConnectionV2(asyncio.Protocol):
@@ -157,6 +157,8 @@ class ConnectionV2(asyncio.Protocol):
     # -- commands --------------------------------------------------------------------------------------------
 
     def _unknown(self, command: Command) -> bytes | None:
+        if command.error is not None:
+            raise command.error  # a line the parser could not take (too long)
         raise FatalClientError("E_INVALID", f"invalid command {_name(command.name)}")
 
     def _identify(self, command: Command) -> bytes | None:
@@ -165,7 +167,7 @@ class ConnectionV2(asyncio.Protocol):
             raise FatalClientError("E_INVALID", "cannot IDENTIFY in current state")
         if command.error is not None:
             raise command.error
-        identity = identify.negotiate(command.body, self.opts, client.remote_address.rsplit(":", 1)[0])
+        identity = identify.negotiate(command.body, self.opts)
         client.client_id, client.hostname = identity.client_id, identity.hostname
         client.user_agent = identity.user_agent
         client.heartbeat_interval = identity.heartbeat_interval

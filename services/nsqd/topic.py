@@ -160,7 +160,7 @@ class Topic:
 
     def _e2e(self, now: float) -> dict[str, Any]:
         windows = [channel.e2e for channel in self.channels.values() if channel.e2e is not None]
-        if not self._opts.e2e_processing_latency_percentiles:
-            return DISABLED
+        if not windows:
+            return DISABLED  # NSQ merges its channels' streams: with none there is nothing to report
         return summarize(self._opts.e2e_processing_latency_percentiles,
                          [part for window in windows for part in window.parts(now)])

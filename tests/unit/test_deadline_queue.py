@@ -184,9 +184,6 @@ def test_order_is_kept_across_a_rebuild() -> None:
     assert queue.pop_expired(math.inf) == kept
 
 
-@pytest.mark.xfail(strict=True, reason="bug: reschedule() pushes one heap entry per call and never prunes, so a "
-                                       "client repeating TOUCH grows the heap without bound (docstring promises "
-                                       "at most twice the live size)")
 def test_heap_stays_bounded_under_many_reschedules() -> None:
     a = item(1, 1.0)
     queue = queue_of(a)

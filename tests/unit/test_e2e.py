@@ -114,9 +114,6 @@ def test_samples_younger_than_half_a_window_are_always_reported() -> None:
         assert latencies.result(now=now)["count"] >= recent
 
 
-@pytest.mark.xfail(strict=True, reason="bug: LatencyWindow._rotate sets the next rotation to now + window/2 "
-                                       "instead of keeping NSQ's fixed grid (lastMoveWindow += window/2), so a "
-                                       "sample can be reported up to 1.5 windows after it was added")
 def test_no_sample_older_than_the_window_is_reported() -> None:
     latencies = window(1.0)
     latencies.add(1, now=9.99)

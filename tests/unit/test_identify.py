@@ -12,16 +12,15 @@ from services.nsqd.options import Options
 from services.nsqd.version import VERSION
 from shared.protocol.errors import FatalClientError
 
-REMOTE = "10.0.0.7"
 
 
 def identify(opts: Options | None = None, **fields: Any) -> Identity:
-    return negotiate(json.dumps(fields).encode(), opts or Options(), REMOTE)
+    return negotiate(json.dumps(fields).encode(), opts or Options())
 
 
 def rejected(body: bytes, opts: Options | None = None) -> tuple[str, str]:
     with pytest.raises(FatalClientError) as info:
-        negotiate(body, opts or Options(), REMOTE)
+        negotiate(body, opts or Options())
     assert info.value.fatal
     return info.value.code, info.value.description
 
@@ -33,7 +32,7 @@ def invalid(**fields: Any) -> tuple[str, str]:
 def test_defaults() -> None:
     identity = identify()
     assert identity == Identity(
-        client_id=REMOTE, hostname=REMOTE, user_agent="", feature_negotiation=False,
+        client_id="", hostname="", user_agent="", feature_negotiation=False,
         heartbeat_interval=30.0,  # NSQ's ClientTimeout / 2
         output_buffer_size=16 * 1024, output_buffer_timeout=0.25,
         sample_rate=0, msg_timeout=60.0,
@@ -140,16 +139,11 @@ def test_output_buffer_size_and_timeout_together() -> None:
     assert (identity.output_buffer_size, identity.output_buffer_timeout) == (1, 0.0)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: identify._output_buffer applies the timeout after the size, so "
-                                       "output_buffer_size=-1 no longer forces the timeout to 0 when a timeout "
-                                       "is also given; NSQ's SetOutputBuffer sets it to 0 last")
 def test_output_buffer_size_minus_one_wins_over_a_requested_timeout() -> None:
     identity = identify(output_buffer_size=-1, output_buffer_timeout=100)
     assert (identity.output_buffer_size, identity.output_buffer_timeout) == (1, 0.0)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: identify._output_buffer checks the size first; NSQ's SetOutputBuffer "
-                                       "checks the timeout first, so it reports the timeout when both are invalid")
 def test_output_buffer_timeout_is_checked_before_the_size() -> None:
     assert invalid(output_buffer_size=1, output_buffer_timeout=1) == \
         ("E_BAD_BODY", "IDENTIFY output buffer timeout (1) is invalid")
@@ -209,8 +203,6 @@ def test_deflate_and_snappy_together_are_fine_when_the_server_disables_one(opts:
     assert identity.deflate is False and identity.snappy is False
 
 
-@pytest.mark.xfail(strict=True, reason="bug: identify._negotiate_transport rejects deflate+snappy even without "
-                                       "feature_negotiation; NSQ returns OK before looking at compression")
 def test_deflate_and_snappy_without_feature_negotiation_are_ignored() -> None:
     identity = identify(deflate=True, snappy=True)
     assert identity.feature_negotiation is False
@@ -251,22 +243,14 @@ def test_undecodable_body(body: bytes) -> None:
     assert rejected(body) == ("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: identify._int_field rejects JSON null; Go's json.Unmarshal leaves the "
-                                       "field at its zero value (the default), so NSQ accepts it")
 def test_null_numbers_are_defaults() -> None:
-    assert negotiate(b'{"heartbeat_interval": null, "msg_timeout": null}', Options(), REMOTE) == identify()
+    assert negotiate(b'{"heartbeat_interval": null, "msg_timeout": null}', Options()) == identify()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: identify._int_field truncates floats (1500.5 -> 1500); Go's "
-                                       "json.Unmarshal cannot put a fractional number in an int field, so NSQ "
-                                       "answers E_BAD_BODY IDENTIFY failed to decode JSON body")
 def test_fractional_numbers_do_not_decode() -> None:
     assert rejected(b'{"heartbeat_interval": 1500.5}') == ("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: identify.negotiate falls back to the remote address (and to the "
-                                       "pre-1.0 short_id) when client_id or hostname is absent; NSQ 1.x sets "
-                                       "them to what the client sent, empty strings included, as /stats shows")
 def test_absent_client_id_and_hostname_are_empty_as_in_nsq() -> None:
     identity = identify()
     assert (identity.client_id, identity.hostname) == ("", "")
@@ -328,8 +312,6 @@ def test_response_is_compact_json_bytes() -> None:
     assert b" " not in body
 
 
-@pytest.mark.xfail(strict=True, reason="bug: identify.response converts seconds to ms with int(), which truncates "
-                                       "float error: msg_timeout 1001 ms is stored as 1.001 s and answered as 1000")
 @pytest.mark.parametrize("ms", [1001, 1003])
 def test_response_milliseconds_round_trip(ms: int) -> None:
     data = reply(identify(feature_negotiation=True, msg_timeout=ms, output_buffer_timeout=ms))
