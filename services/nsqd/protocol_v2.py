@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Callable, cast
 
 from shared.names import go_quote, is_valid_channel_name, is_valid_topic_name
-from shared.protocol.commands import Command, CommandParser
+from shared.protocol.commands import FIN_RUN, Command, CommandParser
 from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
 from shared.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, HEARTBEAT, MAGIC_V2, OK, encode_frame
 
@@ -258,6 +258,24 @@ class ConnectionV2(asyncio.Protocol):
         self._window_changed = True
         return None
 
+    def _fin_run(self, command: Command) -> bytes | None:
+        """Consecutive FINs (the parser's FIN_RUN): each acknowledged as FIN does, in order."""
+        client = self.client
+        if client.state != STATE_SUBSCRIBED and client.state != STATE_CLOSING:
+            raise FatalClientError("E_INVALID", "cannot FIN in current state")
+        channel = client.channel
+        assert channel is not None
+        finish = channel.finish
+        self._window_changed = True
+        for msg_id in command.args:
+            try:
+                finish(client, msg_id)
+            except ChannelError as error:
+                failure = ClientError("E_FIN_FAILED", f"FIN {_name(msg_id)} failed {error}")
+                log.error("[%s] - %s", client, failure)
+                client.queue_error(failure.frame_text)
+        return None
+
     def _req(self, command: Command) -> bytes | None:
         channel, msg_id = self._message_command(command, "REQ", 2)
         timeout_ms = _decimal(command.args[1])
@@ -349,6 +367,7 @@ _HANDLERS: dict[bytes, Callable[[ConnectionV2, Command], bytes | None]] = {
     b"SUB": ConnectionV2._sub,
     b"RDY": ConnectionV2._rdy,
     b"FIN": ConnectionV2._fin,
+    FIN_RUN: ConnectionV2._fin_run,
     b"REQ": ConnectionV2._req,
     b"TOUCH": ConnectionV2._touch,
     b"CLS": ConnectionV2._cls,

@@ -30,7 +30,12 @@ class Command(NamedTuple):
     error: FatalClientError | None = None
 
 
-# NamedTuple.__new__ is a Python function; building the tuple directly halves the cost per FIN
+# Consecutive well-formed ``FIN <id>`` lines come out as one command of this name whose args are their IDs, in
+# order: consumers FIN in runs of thousands, and one command per run is what keeps FIN cheap. No client can
+# send this name, since a parsed name never contains a newline.
+FIN_RUN = b"FIN\n"
+
+# NamedTuple.__new__ is a Python function; building the tuple directly is three times cheaper
 _new = tuple.__new__
 
 
@@ -96,12 +101,13 @@ class CommandParser:
                     commands.append(_failed(b"", [], "E_INVALID", f"command line exceeds {MAX_LINE_LENGTH} bytes"))
                     self._stopped = True
                 return pos
-            if newline - pos == 20 and data.startswith(b"FIN ", pos) and data[newline - 1] != 13 \
-                    and data.find(b" ", pos + 4, newline) < 0:
-                # the hot path: FINs arrive in runs of thousands
-                commands.append(_new(Command, (b"FIN", [data[pos + 4:newline]], b"", None, None)))
-                pos = newline + 1
-                continue
+            if newline - pos == 20 and data.startswith(b"FIN ", pos):
+                run_end = self._fin_run_end(data, pos)
+                if run_end:
+                    ids = [data[line + 4:line + 20] for line in range(pos, run_end, 21)]
+                    commands.append(_new(Command, (FIN_RUN, ids, b"", None, None)))
+                    pos = run_end
+                    continue
             line_end = newline - 1 if newline > pos and data[newline - 1] == 13 else newline  # one \r
             args = data[pos:line_end].split(b" ")
             name = args.pop(0)
@@ -121,6 +127,20 @@ class CommandParser:
                 self._stopped = True
                 return pos
         return pos
+
+    @staticmethod
+    def _fin_run_end(data: bytes, pos: int) -> int:
+        """Where the run of 21-byte ``FIN <id>\\n`` lines starting at ``pos`` ends; 0 if one of them is not a plain
+        FIN of one 16-byte ID (it then goes through the general path, which reports it as NSQ does)."""
+        end, run_end = len(data), pos + 21
+        while run_end + 21 <= end and data[run_end + 20] == 10 and data.startswith(b"FIN ", run_end):
+            run_end += 21
+        lines = (run_end - pos) // 21
+        # checked once for the whole run: one space and one newline per line, no \r
+        if data.count(b" ", pos, run_end) != lines or data.count(b"\n", pos, run_end) != lines \
+                or data.find(b"\r", pos, run_end) >= 0:
+            return 0
+        return run_end
 
     def _sized_body(self, name: bytes, args: list[bytes], data: bytes, start: int) -> _Parsed:
         """IDENTIFY and AUTH: one body of at most --max-body-size."""

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.protocol.commands import MAX_LINE_LENGTH, Command, CommandParser, split_mpub
+from shared.protocol.commands import FIN_RUN, MAX_LINE_LENGTH, Command, CommandParser, split_mpub
 from shared.protocol.errors import FatalClientError
 from shared.protocol.frames import encode_command, encode_mpub
 
@@ -51,8 +51,16 @@ def parser() -> CommandParser:
 
 
 def feed(chunks: Iterable[bytes], p: CommandParser | None = None) -> list[Shape]:
+    """The commands as shapes, a run of FINs (FIN_RUN) counted as the FIN commands it stands for."""
     p = p or parser()
-    return [shape(command) for chunk in chunks for command in p.feed(chunk)]
+    shapes: list[Shape] = []
+    for chunk in chunks:
+        for command in p.feed(chunk):
+            if command.name == FIN_RUN:
+                shapes += [cmd(b"FIN", msg_id) for msg_id in command.args]
+            else:
+                shapes.append(shape(command))
+    return shapes
 
 
 def whole(data: bytes) -> list[Shape]:
@@ -387,6 +395,20 @@ def test_many_commands_in_one_read() -> None:
     got = whole(data)
     assert len(got) == 1000
     assert got[999] == cmd(b"FIN", b"%016d" % 999)
+
+
+def test_a_run_of_fins_is_one_command() -> None:
+    data = b"NOP\n" + b"".join(b"FIN %016d\n" % i for i in range(3)) + b"RDY 5\n" + b"FIN %016d\n" % 3
+    commands = parser().feed(data)
+    assert [(c.name, len(c.args)) for c in commands] == [(b"NOP", 0), (FIN_RUN, 3), (b"RDY", 1), (FIN_RUN, 1)]
+    assert commands[1].args == [b"%016d" % i for i in range(3)]
+
+
+@pytest.mark.parametrize("odd_line", [b"FIN 01234567 9abcdef\n", b"FIN 0123456789abcde\r\n"[:-2] + b"\r\n",
+                                      b"FIN 0123456789\nNOP\n"])
+def test_a_fin_run_stops_short_of_lines_that_are_not_plain_fins(odd_line: bytes) -> None:
+    data = b"FIN %016d\n" % 1 + odd_line
+    assert whole(data) == bytewise(data)
 
 
 # -- arbitrary streams, arbitrary reads ---------------------------------------------------------------------
