@@ -10,7 +10,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from shared.flags import flag_specs
 from shared.http_api import (HTTPError, empty_response, json_response, nsq_errors, parse_bool, redirect_fixed_paths,
@@ -89,8 +88,8 @@ async def get_stats(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(_nsqd(request).registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    body, content_type = _nsqd(request).metrics.render()
+    return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 def _topic_name(request: web.Request, invalid_code: str = "INVALID_TOPIC") -> str:

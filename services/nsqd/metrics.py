@@ -1,44 +1,63 @@
 """/metrics: Prometheus text on the instance's own registry, read from nsqd's counters at scrape time.
 
 Nothing is counted per message for Prometheus; the collector walks topics and channels only when scraped.
+prometheus_client is imported at the first scrape: it pulls in http.server and email (about 1.5 MB), which an
+nsqd that is never scraped need not carry.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
-
-from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
+
     from .nsqd import NSQD
 
 
-class NSQDCollector(Collector):
+class Metrics:
+    def __init__(self, nsqd: NSQD) -> None:
+        self._nsqd = nsqd
+        self._registry: CollectorRegistry | None = None
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type."""
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
+
+        if self._registry is None:
+            self._registry = CollectorRegistry()
+            self._registry.register(NSQDCollector(self._nsqd))
+            ProcessCollector(registry=self._registry)
+        return generate_latest(self._registry), CONTENT_TYPE_LATEST
+
+
+class NSQDCollector:
     def __init__(self, nsqd: NSQD) -> None:
         self._nsqd = nsqd
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        def gauge(name: str, documentation: str, labels: list[str]) -> Any:
+            return GaugeMetricFamily(name, documentation, labels=labels)
+
+        def counter(name: str, documentation: str, labels: list[str]) -> Any:
+            return CounterMetricFamily(name, documentation, labels=labels)
+
         topic_labels, channel_labels = ["topic"], ["topic", "channel"]
-        topic_depth = GaugeMetricFamily("nsq_topic_depth", "Messages queued in the topic", labels=topic_labels)
-        topic_messages = CounterMetricFamily("nsq_topic_messages", "Messages published to the topic",
-                                             labels=topic_labels)
-        topic_bytes = CounterMetricFamily("nsq_topic_message_bytes", "Bytes published to the topic",
-                                          labels=topic_labels)
-        topic_paused = GaugeMetricFamily("nsq_topic_paused", "1 if the topic is paused", labels=topic_labels)
-        depth = GaugeMetricFamily("nsq_channel_depth", "Messages queued in the channel", labels=channel_labels)
-        in_flight = GaugeMetricFamily("nsq_channel_in_flight", "Messages delivered and not yet acknowledged",
-                                      labels=channel_labels)
-        deferred = GaugeMetricFamily("nsq_channel_deferred", "Messages deferred", labels=channel_labels)
-        clients = GaugeMetricFamily("nsq_channel_clients", "Consumers subscribed", labels=channel_labels)
-        messages = CounterMetricFamily("nsq_channel_messages", "Messages that reached the channel",
-                                       labels=channel_labels)
-        requeued = CounterMetricFamily("nsq_channel_requeued", "Messages requeued by consumers",
-                                       labels=channel_labels)
-        timed_out = CounterMetricFamily("nsq_channel_timed_out", "Messages that timed out in flight",
-                                        labels=channel_labels)
-        paused = GaugeMetricFamily("nsq_channel_paused", "1 if the channel is paused", labels=channel_labels)
+        topic_depth = gauge("nsq_topic_depth", "Messages queued in the topic", topic_labels)
+        topic_messages = counter("nsq_topic_messages", "Messages published to the topic", topic_labels)
+        topic_bytes = counter("nsq_topic_message_bytes", "Bytes published to the topic", topic_labels)
+        topic_paused = gauge("nsq_topic_paused", "1 if the topic is paused", topic_labels)
+        depth = gauge("nsq_channel_depth", "Messages queued in the channel", channel_labels)
+        in_flight = gauge("nsq_channel_in_flight", "Messages delivered and not yet acknowledged", channel_labels)
+        deferred = gauge("nsq_channel_deferred", "Messages deferred", channel_labels)
+        clients = gauge("nsq_channel_clients", "Consumers subscribed", channel_labels)
+        messages = counter("nsq_channel_messages", "Messages that reached the channel", channel_labels)
+        requeued = counter("nsq_channel_requeued", "Messages requeued by consumers", channel_labels)
+        timed_out = counter("nsq_channel_timed_out", "Messages that timed out in flight", channel_labels)
+        paused = gauge("nsq_channel_paused", "1 if the channel is paused", channel_labels)
         for topic in list(self._nsqd.topics.values()):
             topic_depth.add_metric([topic.name], topic.depth)
             topic_messages.add_metric([topic.name], topic.message_count)
@@ -54,16 +73,9 @@ class NSQDCollector(Collector):
                 requeued.add_metric(labels, channel.requeue_count)
                 timed_out.add_metric(labels, channel.timeout_count)
                 paused.add_metric(labels, int(channel.paused))
-        connections = GaugeMetricFamily("nsq_tcp_connections", "Open TCP client connections")
+        connections = gauge("nsq_tcp_connections", "Open TCP client connections", [])
         connections.add_metric([], len(self._nsqd.connections))
-        healthy = GaugeMetricFamily("nsq_healthy", "1 while nsqd is healthy")
+        healthy = gauge("nsq_healthy", "1 while nsqd is healthy", [])
         healthy.add_metric([], int(self._nsqd.health == "OK"))
         yield from (topic_depth, topic_messages, topic_bytes, topic_paused, depth, in_flight, deferred, clients,
                     messages, requeued, timed_out, paused, connections, healthy)
-
-
-def build_registry(nsqd: NSQD) -> CollectorRegistry:
-    registry = CollectorRegistry()
-    registry.register(NSQDCollector(nsqd))
-    ProcessCollector(registry=registry)
-    return registry

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from shared.addresses import join_host_port, split_host_port
+from shared.addresses import join_host_port, listening_socket
 
 from .channel import Channel
 from .client import Client, ClientDefaults
 from .http_api import build_app
-from .metrics import build_registry
+from .metrics import Metrics
 from .options import Options
 from .protocol_v2 import ConnectionV2
 from .queue_scan import QueueScanner
@@ -44,7 +44,7 @@ class NSQD:
         self.client_defaults = ClientDefaults(
             heartbeat_interval=opts.client_timeout / 2, msg_timeout=opts.msg_timeout,
             output_buffer_size=16 * 1024, output_buffer_timeout=opts.output_buffer_timeout)
-        self.registry = build_registry(self)
+        self.metrics = Metrics(self)
         self.gc_pauses = GCPauses()
         self.tcp_address: tuple[str, int] = ("", 0)
         self.http_address: tuple[str, int] = ("", 0)
@@ -59,10 +59,9 @@ class NSQD:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        host, port = split_host_port(self.opts.tcp_address)
-        self._tcp_server = await loop.create_server(lambda: ConnectionV2(self), host or None, port,
-                                                    reuse_address=True)
-        self.tcp_address = self._tcp_server.sockets[0].getsockname()[:2]
+        tcp_socket = listening_socket(self.opts.tcp_address)
+        self.tcp_address = tcp_socket.getsockname()[:2]
+        self._tcp_server = await loop.create_server(lambda: ConnectionV2(self), sock=tcp_socket)
         log.info("TCP: listening on %s", join_host_port(*self.tcp_address))
         if self.opts.http_address:
             await self._start_http()
@@ -70,13 +69,11 @@ class NSQD:
         self._scan_task = asyncio.create_task(self._scanner.run(), name="queue-scan")
 
     async def _start_http(self) -> None:
-        host, port = split_host_port(self.opts.http_address)
+        http_socket = listening_socket(self.opts.http_address)
+        self.http_address = http_socket.getsockname()[:2]
         self._http_runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
         await self._http_runner.setup()
-        site = web.TCPSite(self._http_runner, host or None, port, reuse_address=True)
-        await site.start()
-        host, port = self._http_runner.addresses[0][:2]
-        self.http_address = (host, port)
+        await web.SockSite(self._http_runner, http_socket).start()
         log.info("HTTP: listening on %s", join_host_port(*self.http_address))
 
     async def stop(self) -> None:
