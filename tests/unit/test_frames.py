@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from shared.protocol.commands import CommandParser
+from shared.protocol.commands import FIN_RUN, CommandParser
 from shared.protocol.frames import (CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE,
                                     HEARTBEAT, MAGIC_V2, MESSAGE_HEADER_LENGTH, MSG_ID_LENGTH, OK, Frame,
                                     FrameDecoder, Message, decode_message, encode_command, encode_frame,
@@ -173,7 +173,7 @@ def test_encoded_commands_parse_back() -> None:
         (b"PUB", [b"t"], b"p", None),
         (b"DPUB", [b"t", b"5"], b"d", None),
         (b"MPUB", [b"t"], b"", [b"m1", b"m2"]),
-        (b"FIN", [MSG_ID], b"", None),
+        (FIN_RUN, [MSG_ID], b"", None),  # FINs come out as runs
         (b"CLS", [], b"", None),
     ]
     assert all(c.error is None for c in commands)
