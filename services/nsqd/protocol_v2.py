@@ -82,6 +82,13 @@ class ConnectionV2(asyncio.Protocol):
         self.client.flush()
         self.transport.close()
 
+    # a client that does not read what it is sent stops being read from, so replies cannot pile up without bound
+    def pause_writing(self) -> None:
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.transport.resume_reading()
+
     # -- bytes in --------------------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:

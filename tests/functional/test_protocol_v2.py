@@ -414,3 +414,28 @@ async def test_e2e_processing_latency_percentiles(nsqd_factory: Callable[..., NS
         assert [p["quantile"] for p in latency["percentiles"]] == [0.99, 0.5]
         assert all(0 < p["value"] < 5e9 for p in latency["percentiles"])
     await consumer.close()
+
+
+async def test_a_producer_that_does_not_read_its_replies_is_throttled_not_dropped(
+        nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    nsqd = nsqd_factory("--mem-queue-size=100000")
+    producer = await connect(nsqd)
+    count = 50_000
+    batch = b"".join(b"PUB flood\n\x00\x00\x00\x04%04d" % (i % 10000) for i in range(1000))
+
+    async def flood() -> None:
+        for _ in range(count // 1000):
+            producer.send(batch)
+            await producer.writer.drain()
+
+    writer = asyncio.create_task(flood())
+    await asyncio.sleep(1.0)  # nothing read meanwhile: nsqd must stop reading, not buffer replies forever
+    oks = 0
+    while oks < count:
+        frame = await producer.read_frame(timeout=10)
+        assert frame == Frame(FRAME_TYPE_RESPONSE, b"OK")
+        oks += 1
+    await writer
+    topic = json.loads(nsqd.http("GET", "/stats?format=json&topic=flood")[2])["topics"][0]
+    assert topic["message_count"] == count
+    await producer.close()
