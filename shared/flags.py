@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -235,6 +234,8 @@ def _scan(specs: dict[str, FlagSpec], argv: Sequence[str]) -> dict[str, list[str
 
 
 def _read_config(specs: dict[str, FlagSpec], path: str) -> dict[str, Any]:
+    import tomllib  # only a --config run needs it
+
     try:
         with open(path, "rb") as config_file:
             data = tomllib.load(config_file)

@@ -17,7 +17,8 @@ _NODE_SHIFT = 12
 _TIMESTAMP_SHIFT = 22
 _SEQUENCE_MASK = 0xFFF
 
-_SEQUENCE_HEX = [f"{sequence:03x}".encode() for sequence in range(4096)]
+# every sequence as 3 hex digits, back to back: one 12 KiB object instead of 4096 small ones
+_SEQUENCE_HEX = b"".join(f"{sequence:03x}".encode() for sequence in range(4096))
 
 
 class GuidFactory:
@@ -39,7 +40,7 @@ class GuidFactory:
                 self._start_tick(self._tick + 1)
                 continue
             prefix, start = self._prefix, self._sequence
-            ids += [prefix + hex_sequence for hex_sequence in _SEQUENCE_HEX[start:start + take]]
+            ids += [prefix + _SEQUENCE_HEX[i:i + 3] for i in range(3 * start, 3 * (start + take), 3)]
             self._sequence += take
             count -= take
         return ids
