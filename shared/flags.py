@@ -91,6 +91,7 @@ class FlagSpec:
     kind: str  # bool, int, float, str, duration, list, comma_float_list
     help: str
     config_key: str
+    default: Any = None
 
 
 def option(default: Any, help: str, *, flag: str | None = None, kind: str | None = None,
@@ -111,7 +112,7 @@ def flag_specs(options_type: type) -> list[FlagSpec]:
         factory: Callable[[], Any] | None = None if f.default_factory is dataclasses.MISSING else f.default_factory
         default = factory() if factory is not None else f.default
         kind = f.metadata["kind"] or _kind_of(default)
-        specs.append(FlagSpec(name, f.name, kind, f.metadata["help"], f.metadata["cfg"] or f.name))
+        specs.append(FlagSpec(name, f.name, kind, f.metadata["help"], f.metadata["cfg"] or f.name, default))
     return specs
 
 
@@ -252,5 +253,21 @@ def _read_config(specs: dict[str, FlagSpec], path: str) -> dict[str, Any]:
 
 
 def usage(options_type: type) -> str:
-    lines = [f"  -{spec.name} ({spec.kind})\n    \t{spec.help}" for spec in flag_specs(options_type)]
+    """The flag list as Go prints it, each with its default when it has a non-zero one."""
+    lines = [f"  -{spec.name} {spec.kind}\n    \t{spec.help}{_default_text(spec)}" for spec in flag_specs(options_type)]
     return "Usage of flags:\n" + "\n".join(lines)
+
+
+def _default_text(spec: FlagSpec) -> str:
+    value = spec.default
+    if not value:
+        return ""  # Go prints no default for zero values
+    if spec.kind == "duration":
+        text = format_duration(value)
+    elif isinstance(value, str):
+        text = go_quote(value)
+    elif isinstance(value, list):
+        text = ",".join(str(item) for item in value)
+    else:
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+    return f" (default {text})"

@@ -368,7 +368,7 @@ def test_flag_specs() -> None:
     assert set(specs) == {"config", "version", "verbose", "count", "ratio", "name", "timeout", "peer-address",
                           "quantile", "node"}
     assert specs["peer-address"] == FlagSpec("peer-address", "peers", "list", "a peer (may be given multiple times)",
-                                             "peer_addresses")
+                                             "peer_addresses", [])
     assert specs["node"].config_key == "id"
     assert specs["count"].config_key == "count"
     assert [specs[name].kind for name in ("verbose", "count", "ratio", "name", "timeout", "quantile")] == \
@@ -378,8 +378,15 @@ def test_flag_specs() -> None:
 def test_usage_lists_every_flag() -> None:
     text = usage(Opts)
     for spec in flag_specs(Opts):
-        assert f"-{spec.name} ({spec.kind})" in text
+        assert f"-{spec.name} {spec.kind}\n" in text
         assert spec.help in text
+
+
+def test_usage_shows_non_zero_defaults_as_go_does() -> None:
+    text = usage(Options)
+    assert '-tcp-address str\n    \t<addr>:<port> to listen on for TCP clients (default "0.0.0.0:4150")' in text
+    assert "(default 10000)" in text and "(default 1m0s)" in text and "(default 250ms)" in text
+    assert "print version string\n" in text  # false: no default shown
 
 
 def test_nsqd_flag_names_and_config_keys_are_nsqs() -> None:
