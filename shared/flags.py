@@ -30,6 +30,10 @@ class FlagError(ValueError):
     """A command line or config file that cannot be used; the message names the flag."""
 
 
+class HelpRequested(Exception):
+    """``-h`` or ``-help`` stood where a flag can (as in Go, they are not flags a program defines)."""
+
+
 def parse_duration(text: str) -> float:
     """Go's ``time.ParseDuration``, in seconds: ``"1h30m"``, ``"250ms"``, ``"1.5s"``, ``"-2m"``, ``"0"``."""
     rest = text[1:] if text[:1] in ("-", "+") else text
@@ -221,6 +225,8 @@ def _scan(specs: dict[str, FlagSpec], argv: Sequence[str]) -> dict[str, list[str
         if not name or name.startswith("-"):
             raise FlagError(f"bad flag syntax: {arg}")
         spec = specs.get(name)
+        if spec is None and name in ("h", "help"):
+            raise HelpRequested
         if spec is None:
             raise FlagError(f"flag provided but not defined: -{name}")
         if not has_value:

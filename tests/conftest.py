@@ -17,7 +17,9 @@ def nsqd_factory(tmp_path: Path) -> Iterator[Callable[..., NSQDProcess]]:
     started: list[NSQDProcess] = []
 
     def start(*args: str) -> NSQDProcess:
-        process = start_nsqd(*FAST_SCAN, *args, data_path=tmp_path)
+        data_path = tmp_path / f"nsqd{len(started)}"
+        data_path.mkdir()
+        process = start_nsqd(*FAST_SCAN, *args, data_path=data_path)
         started.append(process)
         return process
 

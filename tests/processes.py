@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -47,10 +48,19 @@ class NSQDProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.process.stdout is not None:
-            self.log_lines += self.process.stdout.read().splitlines()
-            self.process.stdout.close()
+        self._log_reader.join(timeout)
         return self.process.returncode
+
+    def __post_init__(self) -> None:
+        # read the log as it comes: a full pipe would block nsqd in its next log write
+        self._log_reader = threading.Thread(target=self._read_log, daemon=True)
+        self._log_reader.start()
+
+    def _read_log(self) -> None:
+        assert self.process.stdout is not None
+        with self.process.stdout:
+            for line in self.process.stdout:
+                self.log_lines.append(line.rstrip("\n"))
 
 
 def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15) -> NSQDProcess:

@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from shared.flags import FlagError, parse_command_line, usage
+from shared.flags import FlagError, HelpRequested, parse_command_line, usage
 from shared.log_format import configure
 
 from .nsqd import NSQD
@@ -35,15 +35,15 @@ async def serve(opts: Options) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if any(arg.lstrip("-") in ("h", "help") for arg in args):
-        print(usage(Options), file=sys.stderr)
-        return
     try:
         opts, _ = parse_command_line(Options, args)
         if opts.version:
             print(version_line("nsqd"))
             return
         opts.validate()
+    except HelpRequested:
+        print(usage(Options), file=sys.stderr)
+        return
     except FlagError as error:
         print(f"nsqd: {error}", file=sys.stderr)
         sys.exit(2)

@@ -66,11 +66,20 @@ class Channel:
 
     # -- messages in ---------------------------------------------------------------------------------------
 
-    def put_new(self, entries: Iterable[ChannelEntry]) -> None:
+    def put_new(self, entries: list[ChannelEntry]) -> None:
         """Messages from the topic: counted, then delivered or queued."""
-        for entry in entries:
-            self.message_count += 1
-            self.put(entry)
+        self.message_count += len(entries)
+        ready = self._ready
+        if not ready or self.paused or self.ephemeral:
+            for entry in entries:
+                self.put(entry)
+            return
+        now, deliver = time.monotonic(), self._deliver
+        for index, entry in enumerate(entries):
+            if not ready:
+                self.memory.extend(entries[index:])
+                return
+            deliver(next(iter(ready)), entry, now)
 
     def put_deferred(self, entry: ChannelEntry, delay: float, now: float) -> None:
         self.message_count += 1
@@ -97,6 +106,12 @@ class Channel:
         elif len(ready) > 1:
             del ready[client]
             ready[client] = None  # round robin among clients with room
+
+    def room_in_clients(self) -> int:
+        """How many messages the consumers with room would take right now."""
+        if self.paused:
+            return 0
+        return sum(client.ready_count - client.in_flight_count for client in self._ready)
 
     def _drain(self) -> None:
         memory, ready = self.memory, self._ready
@@ -127,7 +142,7 @@ class Channel:
     def update_ready(self, client: Client) -> None:
         """Call after anything that changes whether ``client`` may receive (RDY, FIN, REQ, CLS, timeout)."""
         if client.state == STATE_SUBSCRIBED and client.in_flight_count < client.ready_count \
-                and client.id in self.clients:
+                and not client.write_paused and client.id in self.clients:
             if client not in self._ready:
                 self._ready[client] = None
             if self.memory:
@@ -215,7 +230,7 @@ class Channel:
     def close_clients(self) -> None:
         self.exiting = True
         for client in list(self.clients.values()):
-            client.transport.close()
+            client.close()
 
     # -- stats ----------------------------------------------------------------------------------------------
 

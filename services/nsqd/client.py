@@ -34,7 +34,8 @@ _MESSAGE_OVERHEAD = 4 + 26  # frame type + timestamp, attempts, ID
 
 class Client:
     def __init__(self, client_id: int, transport: asyncio.Transport, remote_address: str,
-                 request_flush: Callable[[Client], None], defaults: ClientDefaults) -> None:
+                 request_flush: Callable[[Client], None], close: Callable[[], None],
+                 defaults: ClientDefaults) -> None:
         self.id = client_id
         self.transport = transport
         self.remote_address = remote_address
@@ -51,7 +52,10 @@ class Client:
         self.output_buffer_size = defaults.output_buffer_size
         self.output_buffer_timeout = defaults.output_buffer_timeout
         self.sample_rate = 0
-        self.identified = False
+        # set while the socket's send buffer is full: no deliveries until it drains (NSQ's pump blocks in write)
+        self.write_paused = False
+        # closes the connection (and takes the client out of its channel)
+        self.close = close
 
         self.ready_count = 0
         self.in_flight_count = 0

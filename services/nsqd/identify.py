@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from shared.protocol.errors import FatalClientError
 
+from .client import ClientDefaults
 from .options import Options
 from .version import VERSION
 
@@ -38,8 +39,9 @@ def _decode(body: bytes) -> dict[str, Any]:
     """The request's known fields, type-checked as Go's json.Unmarshal does: null leaves a field at its zero
     value, and a value of the wrong type (a fraction in an integer field included) fails the whole decode."""
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        # Go's decoder replaces invalid UTF-8 rather than failing
+        data = json.loads(body.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict):
         raise _undecodable()
@@ -66,18 +68,34 @@ _FIELDS: dict[str, type] = {
 }
 
 
-def negotiate(body: bytes, opts: Options) -> Identity:
+class Settings(Protocol):
+    """What a client has before this IDENTIFY: a 0 in the request keeps it (as NSQ does on a repeated IDENTIFY)."""
+
+    heartbeat_interval: float
+    output_buffer_size: int
+    output_buffer_timeout: float
+    msg_timeout: float
+
+
+def defaults(opts: Options) -> ClientDefaults:
+    return ClientDefaults(heartbeat_interval=opts.client_timeout / 2, msg_timeout=opts.msg_timeout,
+                          output_buffer_size=16 * 1024, output_buffer_timeout=opts.output_buffer_timeout)
+
+
+def negotiate(body: bytes, opts: Options, current: Settings | None = None) -> Identity:
     fields = _decode(body)
+    current = current or defaults(opts)
     # checked in NSQ's order, so the first bad field is the one reported
-    heartbeat_interval = _heartbeat_interval(fields["heartbeat_interval"], opts)
-    buffer_size, buffer_timeout = _output_buffer(fields["output_buffer_size"], fields["output_buffer_timeout"], opts)
+    heartbeat_interval = _heartbeat_interval(fields["heartbeat_interval"], current.heartbeat_interval, opts)
+    buffer_size, buffer_timeout = _output_buffer(fields["output_buffer_size"], fields["output_buffer_timeout"],
+                                                 current, opts)
     identity = Identity(
         client_id=fields["client_id"], hostname=fields["hostname"], user_agent=fields["user_agent"],
         feature_negotiation=fields["feature_negotiation"],
         heartbeat_interval=heartbeat_interval,
         output_buffer_size=buffer_size, output_buffer_timeout=buffer_timeout,
         sample_rate=_sample_rate(fields["sample_rate"]),
-        msg_timeout=_msg_timeout(fields["msg_timeout"], opts),
+        msg_timeout=_msg_timeout(fields["msg_timeout"], current.msg_timeout, opts),
         deflate=False, deflate_level=6, snappy=False, tls_v1=False,
     )
     if identity.feature_negotiation:
@@ -89,19 +107,19 @@ def _invalid(text: str) -> FatalClientError:
     return FatalClientError("E_BAD_BODY", f"IDENTIFY {text}")
 
 
-def _heartbeat_interval(requested_ms: int, opts: Options) -> float:
+def _heartbeat_interval(requested_ms: int, current: float, opts: Options) -> float:
     if requested_ms == -1:
         return 0.0
     if requested_ms == 0:
-        return opts.client_timeout / 2
+        return current
     if 1000 <= requested_ms <= opts.max_heartbeat_interval * 1000:
         return requested_ms / 1000
     raise _invalid(f"heartbeat interval ({requested_ms}) is invalid")
 
 
-def _output_buffer(size: int, timeout_ms: int, opts: Options) -> tuple[int, float]:
+def _output_buffer(size: int, timeout_ms: int, current: Settings, opts: Options) -> tuple[int, float]:
     """NSQ's SetOutputBuffer: the timeout is checked first, and size -1 then disables buffering altogether."""
-    buffer_size, buffer_timeout = 16 * 1024, opts.output_buffer_timeout
+    buffer_size, buffer_timeout = current.output_buffer_size, current.output_buffer_timeout
     if timeout_ms == -1:
         buffer_timeout = 0.0
     elif timeout_ms != 0:
@@ -123,9 +141,9 @@ def _sample_rate(rate: int) -> int:
     return rate
 
 
-def _msg_timeout(requested_ms: int, opts: Options) -> float:
+def _msg_timeout(requested_ms: int, current: float, opts: Options) -> float:
     if requested_ms == 0:
-        return opts.msg_timeout
+        return current
     if 1000 <= requested_ms <= opts.max_msg_timeout * 1000:
         return requested_ms / 1000
     raise _invalid(f"msg timeout ({requested_ms}) is invalid")

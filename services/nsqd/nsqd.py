@@ -17,7 +17,8 @@ from aiohttp import web
 from shared.addresses import join_host_port, listening_socket
 
 from .channel import Channel
-from .client import Client, ClientDefaults
+from . import identify
+from .client import Client
 from .http_api import build_app
 from .metrics import Metrics
 from .options import Options
@@ -41,9 +42,7 @@ class NSQD:
         self.health = "OK"
         self.topics: dict[str, Topic] = {}
         self.connections: set[ConnectionV2] = set()
-        self.client_defaults = ClientDefaults(
-            heartbeat_interval=opts.client_timeout / 2, msg_timeout=opts.msg_timeout,
-            output_buffer_size=16 * 1024, output_buffer_timeout=opts.output_buffer_timeout)
+        self.client_defaults = identify.defaults(opts)
         self.metrics = Metrics(self)
         self.gc_pauses = GCPauses()
         self.tcp_address: tuple[str, int] = ("", 0)
@@ -58,6 +57,13 @@ class NSQD:
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()  # nothing bound so far stays open
+            raise
+
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         tcp_socket = listening_socket(self.opts.tcp_address)
         self.tcp_address = tcp_socket.getsockname()[:2]

@@ -14,6 +14,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Callable, cast
 
+from shared.addresses import join_host_port
 from shared.names import go_quote, is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import FIN_RUN, Command, CommandParser
 from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
@@ -31,10 +32,11 @@ log = logging.getLogger("nsqd")
 
 
 def _decimal(text: bytes) -> int | None:
-    """NSQ's ByteToBase10: ASCII digits only (empty is 0); None if anything else."""
+    """NSQ's ByteToBase10: ASCII digits only (empty is 0); None if anything else, or more digits than a uint64
+    holds."""
     if not text:
         return 0
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isdigit() and len(text) <= 20 else None
 
 
 def _name(raw: bytes) -> str:
@@ -62,8 +64,8 @@ class ConnectionV2(asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport but have its interface
         self.transport = cast(asyncio.Transport, transport)
         peer = self.transport.get_extra_info("peername")
-        remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.client = Client(self.nsqd.next_client_id(), self.transport, remote, self.nsqd.request_flush,
+        remote = join_host_port(peer[0], peer[1]) if isinstance(peer, tuple) else str(peer)
+        self.client = Client(self.nsqd.next_client_id(), self.transport, remote, self.nsqd.request_flush, self.close,
                              self.nsqd.client_defaults)
         self.nsqd.connections.add(self)
         log.info("TCP: new client(%s)", remote)
@@ -79,15 +81,35 @@ class ConnectionV2(asyncio.Protocol):
         self.nsqd.connections.discard(self)
 
     def close(self) -> None:
-        self.client.flush()
+        """Flush and close; the client leaves its channel now, not when a peer that stopped reading lets the
+        socket drain, and a socket that has not drained within a heartbeat interval is aborted."""
+        client = self.client
+        client.flush()
+        if client.state != STATE_DISCONNECTED:
+            client.state = STATE_CLOSING
+        if client.channel is not None:
+            client.channel.remove_client(client)
         self.transport.close()
+        if self.transport.get_write_buffer_size():
+            self._loop.call_later(max(client.heartbeat_interval, 1.0), self.transport.abort)
 
-    # a client that does not read what it is sent stops being read from, so replies cannot pile up without bound
     def pause_writing(self) -> None:
-        self.transport.pause_reading()
+        """The socket's send buffer is full. A consumer gets no more messages until it drains but its FINs are
+        still read; anyone else stops being read from, so replies cannot pile up without bound."""
+        client = self.client
+        client.write_paused = True
+        if client.channel is not None:
+            client.channel.update_ready(client)
+        else:
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        self.transport.resume_reading()
+        client = self.client
+        client.write_paused = False
+        if client.channel is not None:
+            client.channel.update_ready(client)
+        else:
+            self.transport.resume_reading()
 
     # -- bytes in --------------------------------------------------------------------------------------------
 
@@ -109,6 +131,11 @@ class ConnectionV2(asyncio.Protocol):
                     self.close()
                     return
                 continue
+            except Exception:
+                # a bug of ours: the client still gets the replies to what came before, then the connection ends
+                log.exception("[%s] - failed to process %s", client, _name(command.name))
+                self.close()
+                return
             if response is not None:
                 client.queue_response(response)
         if self._window_changed:
@@ -174,7 +201,7 @@ class ConnectionV2(asyncio.Protocol):
             raise FatalClientError("E_INVALID", "cannot IDENTIFY in current state")
         if command.error is not None:
             raise command.error
-        identity = identify.negotiate(command.body, self.opts)
+        identity = identify.negotiate(command.body, self.opts, client)
         client.client_id, client.hostname = identity.client_id, identity.hostname
         client.user_agent = identity.user_agent
         client.heartbeat_interval = identity.heartbeat_interval
@@ -182,7 +209,6 @@ class ConnectionV2(asyncio.Protocol):
         client.output_buffer_timeout = identity.output_buffer_timeout
         client.sample_rate = identity.sample_rate
         client.msg_timeout = identity.msg_timeout
-        client.identified = True
         self._stop_timers()
         self._start_timers()
         if not identity.feature_negotiation:

@@ -68,7 +68,7 @@ class Topic:
         if self.paused or not self.channels:
             self._hold(entries)
         else:
-            self._distribute(entries)
+            self._distribute(entries, deferred=defer_ms > 0)
 
     def _admit(self, count: int) -> None:
         limit = self._opts.mem_queue_size
@@ -77,7 +77,8 @@ class Topic:
                 raise TopicError(f"queue full: topic depth would exceed --mem-queue-size={limit}")
             return
         for channel in self.channels.values():
-            if not channel.ephemeral and channel.depth + count > limit:
+            if not channel.ephemeral and channel.depth + count > limit \
+                    and channel.depth + count - channel.room_in_clients() > limit:
                 raise TopicError(f"queue full: channel {channel.name} depth would exceed --mem-queue-size={limit}")
 
     def _hold(self, entries: list[TopicEntry]) -> None:
@@ -85,25 +86,26 @@ class Topic:
         self.memory.extend(entries[:room])
         self.dropped_count += len(entries) - room
 
-    def _distribute(self, entries: list[TopicEntry]) -> None:
-        if any(entry[3] for entry in entries):
-            now = time.monotonic()
-            for msg_id, body, timestamp, defer_ms in entries:
-                for channel in self.channels.values():
-                    if defer_ms:
-                        channel.put_deferred((msg_id, body, timestamp, 0), defer_ms / 1000, now)
-                    else:
-                        channel.put_new(((msg_id, body, timestamp, 0),))
+    def _distribute(self, entries: list[TopicEntry], deferred: bool) -> None:
+        """Every channel gets every entry; ``deferred`` says whether any of them has a delay."""
+        if not deferred:
+            for channel in self.channels.values():
+                channel.put_new(entries)
             return
-        for channel in self.channels.values():
-            channel.put_new(entries)
+        now = time.monotonic()
+        for msg_id, body, timestamp, defer_ms in entries:
+            for channel in self.channels.values():
+                if defer_ms:
+                    channel.put_deferred((msg_id, body, timestamp, 0), defer_ms / 1000, now)
+                else:
+                    channel.put_new([(msg_id, body, timestamp, 0)])
 
     def _pump_backlog(self) -> None:
         if self.paused or not self.channels or not self.memory:
             return
         backlog = list(self.memory)
         self.memory.clear()
-        self._distribute(backlog)
+        self._distribute(backlog, deferred=any(entry[3] for entry in backlog))
 
     # -- channels -------------------------------------------------------------------------------------------
 

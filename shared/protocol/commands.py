@@ -103,7 +103,7 @@ class CommandParser:
                 return pos
             if newline - pos == 20 and data.startswith(b"FIN ", pos):
                 run_end = self._fin_run_end(data, pos)
-                if run_end:
+                if run_end > pos:
                     ids = [data[line + 4:line + 20] for line in range(pos, run_end, 21)]
                     commands.append(_new(Command, (FIN_RUN, ids, b"", None, None)))
                     pos = run_end
@@ -130,16 +130,16 @@ class CommandParser:
 
     @staticmethod
     def _fin_run_end(data: bytes, pos: int) -> int:
-        """Where the run of 21-byte ``FIN <id>\\n`` lines starting at ``pos`` ends; 0 if one of them is not a plain
-        FIN of one 16-byte ID (it then goes through the general path, which reports it as NSQ does)."""
+        """Where the run of plain ``FIN <16-byte id>\\n`` lines starting at ``pos`` ends (``pos`` if the first line
+        is not one); a line that is not plain goes through the general path, which reports it as NSQ does."""
         end, run_end = len(data), pos + 21
         while run_end + 21 <= end and data[run_end + 20] == 10 and data.startswith(b"FIN ", run_end):
             run_end += 21
-        lines = (run_end - pos) // 21
-        # checked once for the whole run: one space and one newline per line, no \r
-        if data.count(b" ", pos, run_end) != lines or data.count(b"\n", pos, run_end) != lines \
-                or data.find(b"\r", pos, run_end) >= 0:
-            return 0
+        if _plain_fins(data, pos, run_end):  # checked once for the whole run, the common case
+            return run_end
+        for line in range(pos, run_end, 21):
+            if not _plain_fins(data, line, line + 21):
+                return line
         return run_end
 
     def _sized_body(self, name: bytes, args: list[bytes], data: bytes, start: int) -> _Parsed:
@@ -226,6 +226,13 @@ class _PartialMpub:
         self.args = args
         self.count = count
         self.messages: list[bytes] = []
+
+
+def _plain_fins(data: bytes, start: int, end: int) -> bool:
+    """Whether the 21-byte lines from ``start`` to ``end`` each hold one space and one newline and no \\r."""
+    lines = (end - start) // 21
+    return data.count(b" ", start, end) == lines and data.count(b"\n", start, end) == lines \
+        and data.find(b"\r", start, end) < 0
 
 
 def split_mpub(data: bytes, offset: int, max_msg_size: int, max_body_size: int) -> tuple[list[bytes] | None, int]:

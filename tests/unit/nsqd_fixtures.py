@@ -36,7 +36,7 @@ class RecordingTransport:
 def make_client(client_id: int = 1, ready: int = 1, msg_timeout: float = 60.0) -> tuple[Client, RecordingTransport]:
     transport = RecordingTransport()
     client = Client(client_id, transport, f"127.0.0.1:{1000 + client_id}",  # type: ignore[arg-type]
-                    lambda c: c.flush(), ClientDefaults(30.0, msg_timeout, 16 * 1024, 0.25))
+                    lambda c: c.flush(), transport.close, ClientDefaults(30.0, msg_timeout, 16 * 1024, 0.25))
     client.state = STATE_SUBSCRIBED
     client.ready_count = ready
     return client, transport
