@@ -23,15 +23,27 @@ def connect(address: tuple[str, int]) -> socket.socket:
     return sock
 
 
-def _expect_ok(sock: socket.socket) -> None:
-    reply = b""
-    while len(reply) < len(_OK_FRAME):
-        chunk = sock.recv(len(_OK_FRAME) - len(reply))
+def _read_exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
         if not chunk:
             raise ConnectionError("closed by server")
-        reply += chunk
-    if reply != _OK_FRAME:
-        raise RuntimeError(f"unexpected reply {reply!r} {sock.recv(4096)!r}")
+        data += chunk
+    return data
+
+
+def _expect_ok(sock: socket.socket) -> None:
+    """Reads frames up to the next OK, answering heartbeats on the way."""
+    while True:
+        size, frame_type = _HEADER.unpack(_read_exactly(sock, 8))
+        data = _read_exactly(sock, size - 4)
+        if frame_type == 0 and data == b"OK":
+            return
+        if frame_type == 0 and data == b"_heartbeat_":
+            sock.sendall(b"NOP\n")
+            continue
+        raise RuntimeError(f"unexpected reply {frame_type} {data!r}")
 
 
 def publish(address: tuple[str, int], topic: str, batch: int, size: int, start_at: float,
@@ -67,7 +79,7 @@ def consume(address: tuple[str, int], topic: str, channel: str, rdy: int, expect
         if not data:
             break
         data = pending + data if pending else data
-        pos, end, fins = 0, len(data), []
+        pos, end, fins, heartbeats = 0, len(data), [], 0
         while end - pos >= 8:
             size, frame_type = unpack(data, pos)
             if end - pos - 4 < size:
@@ -75,9 +87,11 @@ def consume(address: tuple[str, int], topic: str, channel: str, rdy: int, expect
             if frame_type == 2:
                 fins.append(b"FIN " + data[pos + 18:pos + 34] + b"\n")
             elif data[pos + 8:pos + 4 + size] == b"_heartbeat_":
-                fins.append(b"NOP\n")
+                heartbeats += 1
             pos += 4 + size
         pending = data[pos:]
+        if heartbeats:
+            sock.sendall(b"NOP\n" * heartbeats)
         if fins:
             if not first:
                 first = time.time()

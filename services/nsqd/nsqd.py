@@ -93,10 +93,7 @@ class NSQD:
             topic.close()
         if self._scan_task is not None:
             self._scan_task.cancel()
-            try:
-                await self._scan_task
-            except asyncio.CancelledError:
-                pass
+            await asyncio.wait({self._scan_task})
         if self._http_runner is not None:
             await self._http_runner.cleanup()
         if self._tcp_server is not None:

@@ -350,7 +350,7 @@ class ConnectionV2(asyncio.Protocol):
         if len(command.args) < min_args:
             raise FatalClientError("E_INVALID", f"{name} insufficient number of parameters")
         topic_name = _name(command.args[0])
-        if not is_valid_topic_name(topic_name):
+        if topic_name not in self.nsqd.topics and not is_valid_topic_name(topic_name):  # existing names are valid
             raise FatalClientError("E_BAD_TOPIC", f"{quote_prefix}{name} topic name {go_quote(topic_name)} is not valid")
         return topic_name
 

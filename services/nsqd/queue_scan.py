@@ -60,5 +60,9 @@ class QueueScanner:
             if time.monotonic() >= next_refresh:
                 self.refresh()
                 next_refresh = time.monotonic() + self._opts.queue_scan_refresh_interval
-            while self.scan(time.monotonic()):
-                await asyncio.sleep(0)
+            try:
+                while self.scan(time.monotonic()):
+                    await asyncio.sleep(0)
+            except Exception:
+                # a bug must not stop every timeout and deferral of the node: report it and scan on
+                log.exception("QUEUESCAN: scan failed")
