@@ -94,20 +94,20 @@ class ConnectionV2(asyncio.Protocol):
             self._loop.call_later(max(client.heartbeat_interval, 1.0), self.transport.abort)
 
     def pause_writing(self) -> None:
-        """The socket's send buffer is full. A consumer gets no more messages until it drains but its FINs are
-        still read; anyone else stops being read from, so replies cannot pile up without bound."""
-        client = self.client
-        client.write_paused = True
-        if client.channel is not None:
-            client.channel.update_ready(client)
-        else:
-            self.transport.pause_reading()
+        self._set_write_paused(True)
 
     def resume_writing(self) -> None:
+        self._set_write_paused(False)
+
+    def _set_write_paused(self, paused: bool) -> None:
+        """While the socket's send buffer is full, a consumer gets no more messages but its FINs are still read;
+        anyone else stops being read from, so replies cannot pile up without bound."""
         client = self.client
-        client.write_paused = False
+        client.write_paused = paused
         if client.channel is not None:
             client.channel.update_ready(client)
+        elif paused:
+            self.transport.pause_reading()
         else:
             self.transport.resume_reading()
 

@@ -88,11 +88,7 @@ class CommandParser:
         self._wait_until = 0
         if self._partial_mpub is not None:
             command, pos = self._mpub_messages(self._partial_mpub, data, 0)
-            if command is None:
-                return pos
-            commands.append(command)
-            if command.error is not None:
-                self._stopped = True
+            if command is None or not self._keep(command, commands):
                 return pos
         while pos < end:
             newline = data.find(b"\n", pos, pos + MAX_LINE_LENGTH)
@@ -120,13 +116,17 @@ class CommandParser:
             if parsed is None:
                 return pos
             command, pos = parsed
-            if command is None:
-                return pos
-            commands.append(command)
-            if command.error is not None:
-                self._stopped = True
+            if command is None or not self._keep(command, commands):
                 return pos
         return pos
+
+    def _keep(self, command: Command, commands: list[Command]) -> bool:
+        """Appends ``command``; False when it carries an error, past which the byte stream cannot be trusted."""
+        commands.append(command)
+        if command.error is not None:
+            self._stopped = True
+            return False
+        return True
 
     @staticmethod
     def _fin_run_end(data: bytes, pos: int) -> int:
