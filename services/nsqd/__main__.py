@@ -11,6 +11,7 @@ import sys
 from shared.flags import FlagError, HelpRequested, parse_command_line, usage
 from shared.log_format import configure
 
+from .metadata import MetadataError
 from .nsqd import NSQD
 from .options import Options
 from .version import version_line
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     _install_uvloop()
     try:
         asyncio.run(serve(opts))
-    except OSError as error:
+    except (OSError, MetadataError) as error:
         log.critical("failed to start - %s", error)
         sys.exit(1)
 

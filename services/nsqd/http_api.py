@@ -20,7 +20,6 @@ from shared.protocol.commands import split_mpub
 from shared.protocol.errors import FatalClientError
 
 from . import stats
-from .channel import Channel
 from .options import LOG_LEVELS
 from .topic import Topic, TopicError
 from .version import VERSION
@@ -198,8 +197,11 @@ async def topic_action(request: web.Request) -> web.Response:
     topic = _existing_topic(request, name)
     if action == "delete":
         nsqd.delete_topic(name)
+    elif action == "empty":
+        topic.empty()
     else:
-        {"empty": topic.empty, "pause": topic.pause, "unpause": topic.unpause}[action]()
+        topic.pause() if action == "pause" else topic.unpause()
+        await nsqd.persist_metadata()  # at once, as NSQ does, so a crash cannot forget it
     return empty_response()
 
 
@@ -225,9 +227,11 @@ async def channel_action(request: web.Request) -> web.Response:
         raise HTTPError(404, "CHANNEL_NOT_FOUND")
     if action == "delete":
         topic.delete_channel(channel_name)
+    elif action == "empty":
+        channel.empty()
     else:
-        actions = {"empty": Channel.empty, "pause": Channel.pause, "unpause": Channel.unpause}
-        actions[action](channel)
+        channel.pause() if action == "pause" else channel.unpause()
+        await _nsqd(request).persist_metadata()
     return empty_response()
 
 

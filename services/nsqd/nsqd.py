@@ -8,8 +8,10 @@ import asyncio
 import gc
 import itertools
 import logging
+import os
 import socket
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -17,9 +19,10 @@ from aiohttp import web
 from shared.addresses import join_host_port, listening_socket
 
 from .channel import Channel
-from . import identify
+from . import identify, metadata
 from .client import Client
 from .http_api import build_app
+from .metadata import DataPathLock
 from .metrics import Metrics
 from .options import Options
 from .protocol_v2 import ConnectionV2
@@ -53,6 +56,11 @@ class NSQD:
         self._http_runner: web.AppRunner | None = None
         self._scanner = QueueScanner(opts, self.channels)
         self._scan_task: asyncio.Task[None] | None = None
+        self.data_path = Path(opts.data_path or os.getcwd())
+        self._data_path_lock = DataPathLock(self.data_path)
+        self._metadata_changed = asyncio.Event()
+        self._metadata_write = asyncio.Lock()
+        self._metadata_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -64,6 +72,10 @@ class NSQD:
             raise
 
     async def _start(self) -> None:
+        self._data_path_lock.acquire()
+        self._load_metadata()
+        metadata.save(self.data_path, metadata.snapshot(self.topics))  # nothing is served yet: blocking is fine
+        self._metadata_task = asyncio.create_task(self._write_metadata_when_changed(), name="metadata")
         loop = asyncio.get_running_loop()
         tcp_socket = listening_socket(self.opts.tcp_address)
         self.tcp_address = tcp_socket.getsockname()[:2]
@@ -91,15 +103,19 @@ class NSQD:
             connection.close()
         for topic in list(self.topics.values()):
             topic.close()
-        if self._scan_task is not None:
-            self._scan_task.cancel()
-            await asyncio.wait({self._scan_task})
+        for task in (self._scan_task, self._metadata_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.wait({task})
         if self._http_runner is not None:
             await self._http_runner.cleanup()
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
         if self.gc_pauses in gc.callbacks:
             gc.callbacks.remove(self.gc_pauses)
+        if self._data_path_lock.held:
+            metadata.save(self.data_path, metadata.snapshot(self.topics))
+            self._data_path_lock.release()
         log.info("NSQ: bye")
 
     # -- clients ---------------------------------------------------------------------------------------------
@@ -133,6 +149,8 @@ class NSQD:
             topic = Topic(name, self.opts, self._channels_changed)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
+            if not topic.ephemeral:
+                self._metadata_changed.set()
         return topic
 
     def delete_topic(self, name: str) -> None:
@@ -143,10 +161,41 @@ class NSQD:
                 topic.delete_channel(channel_name)
             topic.empty()
             log.info("TOPIC(%s): deleted", name)
+            if not topic.ephemeral:
+                self._metadata_changed.set()
 
     def _channels_changed(self, topic: Topic) -> None:
         if topic.ephemeral and not topic.channels and not topic.exiting:
             self.delete_topic(topic.name)
+        elif not topic.ephemeral:
+            self._metadata_changed.set()
+
+    # -- metadata --------------------------------------------------------------------------------------------
+
+    def _load_metadata(self) -> None:
+        for recorded in metadata.load(self.data_path):
+            topic = self.get_topic(recorded.name)
+            if recorded.paused:
+                topic.pause()
+            for recorded_channel in recorded.channels:
+                channel = topic.get_channel(recorded_channel.name)
+                if recorded_channel.paused:
+                    channel.pause()
+
+    async def persist_metadata(self) -> None:
+        """Writes nsqd.dat now (off the event loop). One write at a time, each taking its snapshot when its turn
+        comes, so the last one written is the newest."""
+        async with self._metadata_write:
+            await asyncio.to_thread(metadata.save, self.data_path, metadata.snapshot(self.topics))
+
+    async def _write_metadata_when_changed(self) -> None:
+        while True:
+            await self._metadata_changed.wait()
+            self._metadata_changed.clear()
+            try:
+                await self.persist_metadata()
+            except OSError as error:
+                log.error("failed to persist metadata - %s", error)
 
     def channels(self) -> list[Channel]:
         return [channel for topic in self.topics.values() for channel in topic.channels.values()]

@@ -1,0 +1,60 @@
+"""What survives a restart of nsqd on the same --data-path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import FAST_SCAN
+from tests.processes import ROOT, start_nsqd
+
+
+def topics(stats_body: bytes) -> dict[str, tuple[bool, dict[str, bool]]]:
+    return {t["topic_name"]: (t["paused"], {c["channel_name"]: c["paused"] for c in t["channels"]})
+            for t in json.loads(stats_body)["topics"]}
+
+
+def test_topics_channels_and_paused_state_survive_a_restart(tmp_path: Path) -> None:
+    nsqd = start_nsqd(*FAST_SCAN, data_path=tmp_path)
+    try:
+        for path in ("/topic/create?topic=kept", "/channel/create?topic=kept&channel=a",
+                     "/channel/create?topic=kept&channel=b", "/channel/pause?topic=kept&channel=b",
+                     "/topic/create?topic=held", "/topic/pause?topic=held",
+                     "/topic/create?topic=gone", "/topic/delete?topic=gone",
+                     "/topic/create?topic=tmp%23ephemeral"):
+            assert nsqd.http("POST", path)[0] == 200, path
+    finally:
+        assert nsqd.stop() == 0
+    nsqd = start_nsqd(*FAST_SCAN, data_path=tmp_path)
+    try:
+        assert topics(nsqd.http("GET", "/stats?format=json")[2]) == {
+            "held": (True, {}), "kept": (False, {"a": False, "b": True})}
+    finally:
+        nsqd.stop()
+
+
+def test_pause_is_on_disk_before_the_reply(tmp_path: Path) -> None:
+    nsqd = start_nsqd(*FAST_SCAN, data_path=tmp_path)
+    try:
+        nsqd.http("POST", "/topic/create?topic=t")
+        assert nsqd.http("POST", "/topic/pause?topic=t")[0] == 200
+        recorded = json.loads((tmp_path / "nsqd.dat").read_text())["topics"]
+        assert recorded == [{"name": "t", "paused": True, "channels": []}]
+    finally:
+        nsqd.process.kill()  # no clean exit: what is on disk is what the reply promised
+        nsqd.stop()
+
+
+def test_a_second_nsqd_on_the_same_data_path_refuses_to_start(tmp_path: Path) -> None:
+    nsqd = start_nsqd(data_path=tmp_path)
+    try:
+        second = subprocess.run([sys.executable, "-m", "services.nsqd", "--tcp-address=127.0.0.1:0",
+                                 "--http-address=127.0.0.1:0", f"--data-path={tmp_path}"],
+                                cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert second.returncode == 1
+        assert f"--data-path={tmp_path} in use (possibly by another instance of nsqd)" in second.stderr
+        assert nsqd.http("GET", "/ping")[0] == 200
+    finally:
+        nsqd.stop()

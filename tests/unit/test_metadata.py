@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from services.nsqd import metadata
+from services.nsqd.metadata import ChannelMetadata, DataPathLock, MetadataError, TopicMetadata
+from services.nsqd.topic import Topic
+from tests.unit.nsqd_fixtures import options
+
+
+def test_round_trip_in_nsqs_format(tmp_path: Path) -> None:
+    topics = [TopicMetadata("t", True, [ChannelMetadata("a"), ChannelMetadata("b", True)]), TopicMetadata("u")]
+    metadata.save(tmp_path, topics)
+    assert json.loads((tmp_path / "nsqd.dat").read_text()) == {
+        "topics": [{"name": "t", "paused": True, "channels": [{"name": "a", "paused": False},
+                                                               {"name": "b", "paused": True}]},
+                   {"name": "u", "paused": False, "channels": []}],
+        "version": "1.3.0"}
+    assert metadata.load(tmp_path) == topics
+    assert [path.name for path in tmp_path.iterdir()] == ["nsqd.dat"]  # no temporary file left behind
+
+
+def test_no_file_means_no_topics(tmp_path: Path) -> None:
+    assert metadata.load(tmp_path) == []
+
+
+def test_invalid_and_ephemeral_names_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / "nsqd.dat").write_text(json.dumps({"topics": [
+        {"name": "bad name", "paused": False, "channels": []},
+        {"name": "ok", "paused": False, "channels": [{"name": "x#ephemeral", "paused": False},
+                                                      {"name": "c", "paused": False}]}]}))
+    assert metadata.load(tmp_path) == [TopicMetadata("ok", False, [ChannelMetadata("c")])]
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"topics": [{"paused": false}]}', '{"topics": 5}'])
+def test_unreadable_metadata_is_an_error(tmp_path: Path, text: str) -> None:
+    (tmp_path / "nsqd.dat").write_text(text)
+    with pytest.raises(MetadataError, match="failed to parse metadata"):
+        metadata.load(tmp_path)
+
+
+def test_snapshot_leaves_out_ephemeral_topics_and_channels() -> None:
+    durable = Topic("t", options(), lambda topic: None)
+    durable.get_channel("c").pause()
+    durable.get_channel("tail#ephemeral")
+    ephemeral = Topic("e#ephemeral", options(), lambda topic: None)
+    assert metadata.snapshot({"t": durable, "e#ephemeral": ephemeral}) == [
+        TopicMetadata("t", False, [ChannelMetadata("c", True)])]
+
+
+def test_a_data_path_is_locked_by_one_holder(tmp_path: Path) -> None:
+    first, second = DataPathLock(tmp_path), DataPathLock(tmp_path)
+    first.acquire()
+    with pytest.raises(MetadataError, match=f"--data-path={tmp_path} in use"):
+        second.acquire()
+    first.release()
+    second.acquire()
+    second.release()
