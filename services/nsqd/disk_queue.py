@@ -1,0 +1,334 @@
+"""A FIFO of messages on disk, in NSQ's format: one behind every non-ephemeral topic and channel.
+
+Files, in ``--data-path``::
+
+    <name>.diskqueue.000001.dat     records [int32 size][payload], appended; a new file once --max-bytes-per-file
+                                    would be passed; a file is deleted once read to its end
+    <name>.diskqueue.meta.dat       "depth\\nreadFile,readPos\\nwriteFile,writePos\\n", replaced atomically
+
+The queue itself does no waiting: ``put`` writes its records with one ``write`` (so a message that got OK is in the
+operating system's hands and survives the process being killed), ``read`` returns what is there. Making it
+durable against a power cut is ``sync_job()``: the fsync and the metadata write, packaged to run off the event
+loop. Because the metadata is only written at syncs, a restart trusts the files over it: records found past the
+recorded write position are recovered, and a torn record at the end of the last file is cut off.
+
+A record that cannot be read (a size out of bounds, or a file that ends mid-record) makes its whole file
+``.bad``: renamed, logged, and reading goes on with the next file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger("nsqd")
+
+_SIZE = struct.Struct(">i")
+# a message on disk is at least its header: timestamp, attempts, ID
+MIN_RECORD = 26
+
+
+@dataclass
+class Positions:
+    depth: int = 0
+    read_file: int = 0
+    read_pos: int = 0
+    write_file: int = 0
+    write_pos: int = 0
+
+
+class DiskQueue:
+    def __init__(self, name: str, data_path: Path, max_bytes_per_file: int, max_msg_size: int,
+                 sync_every: int) -> None:
+        self.name = name
+        self._data_path = data_path
+        self._max_bytes_per_file = max_bytes_per_file
+        self._max_record = max_msg_size + MIN_RECORD
+        self._sync_every = sync_every
+        self._unsynced = 0
+        self._positions = self._load_positions()
+        self._write_fd: int | None = None
+        self._reader: _Reader | None = None
+        self._recover_tail()
+
+    # -- state -------------------------------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        return self._positions.depth
+
+    def file_path(self, number: int) -> Path:
+        return self._data_path / f"{self.name}.diskqueue.{number:06d}.dat"
+
+    @property
+    def meta_path(self) -> Path:
+        return self._data_path / f"{self.name}.diskqueue.meta.dat"
+
+    @property
+    def sync_due(self) -> bool:
+        """--sync-every operations (reads and writes) happened since the last sync."""
+        return self._unsynced >= self._sync_every
+
+    @property
+    def dirty(self) -> bool:
+        return self._unsynced > 0
+
+    # -- writing -----------------------------------------------------------------------------------------
+
+    def put(self, payloads: list[bytes]) -> None:
+        """Appends every payload, or raises OSError having appended none (a partial write is cut back)."""
+        for payload in payloads:
+            if not MIN_RECORD <= len(payload) <= self._max_record:
+                raise ValueError(f"invalid message size {len(payload)}")
+        batch: list[bytes] = []
+        size = 0
+        for payload in payloads:
+            record = _SIZE.pack(len(payload)) + payload
+            if self._positions.write_pos + size > 0 and \
+                    self._positions.write_pos + size + len(record) > self._max_bytes_per_file:
+                self._write(b"".join(batch), len(batch))
+                self._roll()
+                batch, size = [], 0
+            batch.append(record)
+            size += len(record)
+        self._write(b"".join(batch), len(batch))
+
+    def _write(self, data: bytes, count: int) -> None:
+        if not data:
+            return
+        fd = self._open_write_file()
+        start = self._positions.write_pos
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        except OSError:
+            os.ftruncate(fd, start)  # no torn record left behind
+            raise
+        self._positions.write_pos += len(data)
+        self._positions.depth += count
+        self._unsynced += count
+
+    def _open_write_file(self) -> int:
+        if self._write_fd is None:
+            path = self.file_path(self._positions.write_file)
+            self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.lseek(self._write_fd, self._positions.write_pos, os.SEEK_SET)
+        return self._write_fd
+
+    def _roll(self) -> None:
+        """Closes the full write file and starts the next; synced here, so a restart never has to look for
+        records beyond the file the metadata names."""
+        if self._write_fd is not None:
+            os.fsync(self._write_fd)
+            os.close(self._write_fd)
+            self._write_fd = None
+        self._positions.write_file += 1
+        self._positions.write_pos = 0
+        self.sync_job()()
+
+    # -- reading -----------------------------------------------------------------------------------------
+
+    def read(self, max_count: int) -> list[bytes]:
+        """Up to ``max_count`` payloads, oldest first; fewer (or none) when no more have been written."""
+        payloads: list[bytes] = []
+        positions = self._positions
+        while len(payloads) < max_count:
+            if positions.read_file == positions.write_file and positions.read_pos >= positions.write_pos:
+                self._check_depth_at_tail()
+                break
+            reader = self._open_reader()
+            end = positions.write_pos if positions.read_file == positions.write_file else None
+            payload = reader.next_record(self._max_record, end)
+            if payload is None:
+                if end is None and reader.at_end():
+                    self._finish_read_file()
+                    continue
+                self._bad_read_file()
+                continue
+            positions.read_pos = reader.position
+            positions.depth -= 1
+            self._unsynced += 1
+            payloads.append(payload)
+        return payloads
+
+    def _open_reader(self) -> _Reader:
+        if self._reader is None:
+            self._reader = _Reader(self.file_path(self._positions.read_file), self._positions.read_pos)
+        return self._reader
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _finish_read_file(self) -> None:
+        """The read file is read to its end: delete it and go on with the next."""
+        self._close_reader()
+        self.file_path(self._positions.read_file).unlink(missing_ok=True)
+        self._positions.read_file += 1
+        self._positions.read_pos = 0
+
+    def _bad_read_file(self) -> None:
+        path = self.file_path(self._positions.read_file)
+        log.error("DISKQUEUE(%s): corrupt or truncated data in %s at %d, renaming it %s.bad and going on with "
+                  "the next file", self.name, path.name, self._positions.read_pos, path.name)
+        self._close_reader()
+        if path.exists():
+            os.replace(path, path.with_name(path.name + ".bad"))
+        if self._positions.read_file == self._positions.write_file:
+            self.release_files()
+            self._positions.write_file += 1
+            self._positions.write_pos = 0
+        self._positions.read_file += 1
+        self._positions.read_pos = 0
+
+    def _check_depth_at_tail(self) -> None:
+        if self._positions.depth != 0:
+            log.error("DISKQUEUE(%s): read to the end with depth %d recorded; resetting it to 0", self.name,
+                      self._positions.depth)
+            self._positions.depth = 0
+
+    # -- durability --------------------------------------------------------------------------------------
+
+    def sync_job(self) -> Callable[[], None]:
+        """What a sync must do, as of now: fsync the write file, then replace the metadata. Safe to run on
+        another thread while the queue goes on; the queue counts the operations as synced already."""
+        self._unsynced = 0
+        fd = self._write_fd
+        snapshot = Positions(**vars(self._positions))
+        meta_path = self.meta_path
+
+        def run() -> None:
+            if fd is not None:
+                os.fsync(fd)
+            _write_meta(meta_path, snapshot)
+
+        return run
+
+    def close(self) -> None:
+        """Syncs and closes the files; the queue keeps its messages for the next start."""
+        self.sync_job()()
+        self.release_files()
+
+    def release_files(self) -> None:
+        """Closes the open files without syncing (what a killed process leaves behind)."""
+        self._close_reader()
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
+
+    def empty(self) -> None:
+        """Drops every message: deletes the files from the read file to the write file, as NSQ's does."""
+        self.release_files()
+        for number in range(self._positions.read_file, self._positions.write_file + 1):
+            self.file_path(number).unlink(missing_ok=True)
+        next_file = self._positions.write_file + 1
+        self._positions = Positions(0, next_file, 0, next_file, 0)
+        self.sync_job()()
+
+    def delete(self) -> None:
+        """Drops every message and every file, metadata included."""
+        self.empty()
+        self.meta_path.unlink(missing_ok=True)
+
+    # -- start-up ----------------------------------------------------------------------------------------
+
+    def _load_positions(self) -> Positions:
+        try:
+            text = self.meta_path.read_text()
+        except FileNotFoundError:
+            return Positions()
+        try:
+            depth_line, read_line, write_line = text.split("\n")[:3]
+            read_file, read_pos = (int(part) for part in read_line.split(","))
+            write_file, write_pos = (int(part) for part in write_line.split(","))
+            return Positions(int(depth_line), read_file, read_pos, write_file, write_pos)
+        except ValueError:
+            log.error("DISKQUEUE(%s): unreadable metadata %s; starting from the oldest file", self.name,
+                      self.meta_path.name)
+            return self._positions_from_files()
+
+    def _positions_from_files(self) -> Positions:
+        numbers = sorted(int(path.name.rsplit(".", 2)[1]) for path in
+                         self._data_path.glob(f"{self.name}.diskqueue.[0-9]*.dat"))
+        if not numbers:
+            return Positions()
+        return Positions(0, numbers[0], 0, numbers[0], 0)
+
+    def _recover_tail(self) -> None:
+        """Records written after the last sync are in the write file past the recorded position: count them in,
+        and cut off a record the process was killed in the middle of."""
+        path = self.file_path(self._positions.write_file)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size <= self._positions.write_pos:
+            return
+        reader = _Reader(path, self._positions.write_pos)
+        recovered = 0
+        try:
+            while reader.next_record(self._max_record, size) is not None:
+                recovered += 1
+            end = reader.position
+        finally:
+            reader.close()
+        if end < size:
+            log.warning("DISKQUEUE(%s): cutting %d bytes of a torn record off %s", self.name, size - end, path.name)
+            os.truncate(path, end)
+        if recovered:
+            log.info("DISKQUEUE(%s): recovered %d messages written after the last sync", self.name, recovered)
+        self._positions.write_pos = end
+        self._positions.depth += recovered
+
+
+class _Reader:
+    """Sequential records from one file."""
+
+    def __init__(self, path: Path, position: int) -> None:
+        self._file = open(path, "rb", buffering=1 << 16)
+        self._file.seek(position)
+        self.position = position
+        self._size = os.fstat(self._file.fileno()).st_size
+
+    def next_record(self, max_record: int, end: int | None) -> bytes | None:
+        """The next payload, or None if the file ends (or ``end`` comes) before a whole valid record."""
+        limit = end if end is not None else max(self._size, os.fstat(self._file.fileno()).st_size)
+        if self.position + 4 > limit:
+            return None
+        header = self._file.read(4)
+        (size,) = _SIZE.unpack(header)
+        if not MIN_RECORD <= size <= max_record or self.position + 4 + size > limit:
+            self._file.seek(self.position)
+            return None
+        payload = self._file.read(size)
+        if len(payload) < size:
+            self._file.seek(self.position)
+            return None
+        self.position += 4 + size
+        return payload
+
+    def at_end(self) -> bool:
+        return self.position >= os.fstat(self._file.fileno()).st_size
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _write_meta(path: Path, positions: Positions) -> None:
+    temporary = path.with_name(f"{path.name}.{os.urandom(4).hex()}.tmp")
+    text = (f"{positions.depth}\n{positions.read_file},{positions.read_pos}\n"
+            f"{positions.write_file},{positions.write_pos}\n")
+    try:
+        with open(temporary, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)

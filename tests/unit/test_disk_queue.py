@@ -1,0 +1,183 @@
+"""The disk queue on real files: order, rolling, restart, recovery after a kill, corruption, write failures."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.nsqd.disk_queue import DiskQueue
+
+
+def payload(n: int, size: int = 40) -> bytes:
+    return (b"%010d" % n).ljust(size, b"x")
+
+
+_opened: list[DiskQueue] = []
+
+
+@pytest.fixture(autouse=True)
+def close_queues() -> Iterator[None]:
+    """Every queue a test opened is closed after it (a restart is a second queue on the same files)."""
+    yield
+    while _opened:
+        _opened.pop().release_files()
+
+
+def make(path: Path, max_bytes: int = 1 << 20, sync_every: int = 2500, name: str = "t") -> DiskQueue:
+    queue = DiskQueue(name, path, max_bytes_per_file=max_bytes, max_msg_size=1000, sync_every=sync_every)
+    _opened.append(queue)
+    return queue
+
+
+def read_all(queue: DiskQueue) -> list[bytes]:
+    out: list[bytes] = []
+    while batch := queue.read(100):
+        out += batch
+    return out
+
+
+def test_messages_come_back_in_order(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    queue.put([payload(i) for i in range(5)])
+    queue.put([payload(5)])
+    assert queue.depth == 6
+    assert queue.read(4) == [payload(i) for i in range(4)]
+    queue.put([payload(6)])
+    assert read_all(queue) == [payload(4), payload(5), payload(6)]
+    assert queue.depth == 0 and queue.read(10) == []
+
+
+def test_files_roll_and_are_deleted_once_read(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200)  # 44-byte records: 4 a file
+    queue.put([payload(i) for i in range(10)])
+    assert sorted(p.name for p in tmp_path.glob("t.diskqueue.0*.dat")) == [
+        "t.diskqueue.000000.dat", "t.diskqueue.000001.dat", "t.diskqueue.000002.dat"]
+    assert all(p.stat().st_size <= 200 for p in tmp_path.glob("t.diskqueue.0*.dat"))
+    assert queue.read(5) == [payload(i) for i in range(5)]
+    assert not (tmp_path / "t.diskqueue.000000.dat").exists()
+    assert read_all(queue) == [payload(i) for i in range(5, 10)]
+
+
+def test_a_restart_resumes_where_the_queue_stopped(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200)
+    queue.put([payload(i) for i in range(10)])
+    queue.read(3)
+    queue.close()
+    assert (tmp_path / "t.diskqueue.meta.dat").read_text().startswith("7\n")
+    again = make(tmp_path, max_bytes=200)
+    assert again.depth == 7
+    assert read_all(again) == [payload(i) for i in range(3, 10)]
+
+
+def test_records_written_after_the_last_sync_survive_a_kill(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    queue.put([payload(0)])
+    queue.sync_job()()
+    queue.put([payload(1), payload(2)])  # written, never synced: the process dies here
+    again = make(tmp_path)
+    assert again.depth == 3
+    assert read_all(again) == [payload(0), payload(1), payload(2)]
+
+
+def test_a_torn_last_record_is_cut_off(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    queue.put([payload(0), payload(1)])
+    with open(tmp_path / "t.diskqueue.000000.dat", "ab") as file:
+        file.write(struct.pack(">i", 40) + b"half a rec")
+    again = make(tmp_path)
+    assert read_all(again) == [payload(0), payload(1)]
+    again.put([payload(2)])
+    assert read_all(again) == [payload(2)]
+
+
+def test_a_corrupt_file_is_renamed_bad_and_the_rest_is_served(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200)
+    queue.put([payload(i) for i in range(12)])  # files 0, 1, 2 with 4 records each
+    queue.close()
+    middle = tmp_path / "t.diskqueue.000001.dat"
+    data = bytearray(middle.read_bytes())
+    data[44:48] = struct.pack(">i", 10_000_000)  # the second record's size, out of bounds
+    middle.write_bytes(bytes(data))
+    again = make(tmp_path, max_bytes=200)
+    assert read_all(again) == [payload(i) for i in (0, 1, 2, 3, 4, 8, 9, 10, 11)]
+    assert (tmp_path / "t.diskqueue.000001.dat.bad").exists()
+    assert again.depth == 0
+
+
+def test_a_truncated_file_is_renamed_bad(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200)
+    queue.put([payload(i) for i in range(8)])
+    queue.close()
+    first = tmp_path / "t.diskqueue.000000.dat"
+    first.write_bytes(first.read_bytes()[:100])  # ends inside the third record
+    again = make(tmp_path, max_bytes=200)
+    assert read_all(again) == [payload(i) for i in (0, 1, 4, 5, 6, 7)]
+    assert (tmp_path / "t.diskqueue.000000.dat.bad").exists()
+
+
+def test_corruption_in_the_file_being_written_moves_writing_on(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    queue.put([payload(0), payload(1)])
+    queue.close()
+    path = tmp_path / "t.diskqueue.000000.dat"
+    data = bytearray(path.read_bytes())
+    data[0:4] = struct.pack(">i", 3)
+    path.write_bytes(bytes(data))
+    again = make(tmp_path)
+    assert again.read(10) == []
+    again.put([payload(2)])
+    assert read_all(again) == [payload(2)]
+
+
+def test_empty_drops_every_file(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200)
+    queue.put([payload(i) for i in range(10)])
+    queue.empty()
+    assert queue.depth == 0 and queue.read(10) == []
+    assert not list(tmp_path.glob("t.diskqueue.0*.dat"))
+    queue.put([payload(11)])
+    assert read_all(queue) == [payload(11)]
+    queue.delete()
+    assert not list(tmp_path.glob("t.diskqueue*"))
+
+
+def test_sync_every_counts_reads_and_writes(tmp_path: Path) -> None:
+    queue = make(tmp_path, sync_every=3)
+    queue.put([payload(0), payload(1)])
+    assert not queue.sync_due
+    queue.read(1)
+    assert queue.sync_due
+    queue.sync_job()()
+    assert not queue.sync_due and not queue.dirty
+    assert (tmp_path / "t.diskqueue.meta.dat").read_text() == "1\n0,44\n0,88\n"
+
+
+def test_a_failed_write_changes_nothing(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    blocker = tmp_path / "t.diskqueue.000000.dat"
+    blocker.mkdir()  # the file cannot be opened for writing, even by root
+    with pytest.raises(OSError):
+        queue.put([payload(0)])
+    assert queue.depth == 0
+    blocker.rmdir()
+    queue.put([payload(1)])
+    assert read_all(queue) == [payload(1)]
+
+
+def test_sizes_out_of_bounds_are_refused(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    for bad in (b"short", b"x" * 1027):
+        with pytest.raises(ValueError):
+            queue.put([payload(0), bad])
+    assert queue.depth == 0
+
+
+def test_channel_queues_have_their_own_files(tmp_path: Path) -> None:
+    topic, channel = make(tmp_path, name="t"), make(tmp_path, name="t:c")
+    topic.put([payload(1)])
+    channel.put([payload(2)])
+    assert read_all(topic) == [payload(1)] and read_all(channel) == [payload(2)]
+    assert (tmp_path / "t:c.diskqueue.000000.dat").exists()
