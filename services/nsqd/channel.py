@@ -1,15 +1,19 @@
 """A channel: its own copy of every message of its topic, shared out among the consumers subscribed to it.
 
 Invariants:
-- a message is in exactly one place: the memory queue, in flight (delivered, owned by one client) or deferred;
+- a message is in exactly one place: the memory queue, the disk queue (once the memory queue holds
+  ``--mem-queue-size``), in flight (delivered, owned by one client) or deferred;
 - a client receives only while ``in_flight_count < ready_count`` (RDY is a window, not a counter);
-- ``_ready`` holds exactly the subscribed clients with room, so delivery never scans all clients, and the memory
-  queue is only non-empty while no client has room (or the channel is paused).
-Depth counts the memory queue only; in-flight and deferred messages are reported separately, as NSQ does.
+- ``_ready`` holds exactly the subscribed clients with room, so delivery never scans all clients, and the queues
+  only hold messages while no client has room (or the channel is paused).
+Depth counts the memory and disk queues; in-flight and deferred messages are reported separately, as NSQ does.
+A message the disk refuses stays in memory (and nsqd reports itself unhealthy): nothing accepted is dropped,
+except by ephemeral channels, which discard what their memory queue cannot hold, as NSQ's do.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import deque
@@ -20,11 +24,14 @@ from shared.names import is_ephemeral
 from .client import STATE_SUBSCRIBED
 from .deadline_queue import DeadlineQueue
 from .e2e import DISABLED, LatencyWindow
-from .message import ChannelEntry, DeferredMessage, InFlightMessage
+from .message import ChannelEntry, DeferredMessage, InFlightMessage, decode, encode
 
 if TYPE_CHECKING:
     from .client import Client
+    from .disk_queue import Storage
     from .options import Options
+
+log = logging.getLogger("nsqd")
 
 
 class ChannelError(Exception):
@@ -32,11 +39,13 @@ class ChannelError(Exception):
 
 
 class Channel:
-    def __init__(self, topic_name: str, name: str, opts: Options,
+    def __init__(self, topic_name: str, name: str, opts: Options, storage: Storage,
                  on_last_client_gone: Callable[[Channel], None]) -> None:
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = is_ephemeral(name)
+        self._storage = storage
+        self.backend = storage.open(f"{topic_name}:{name}")
         self.paused = False
         self.exiting = False
         self.memory: deque[ChannelEntry] = deque()
@@ -62,7 +71,11 @@ class Channel:
 
     @property
     def depth(self) -> int:
-        return len(self.memory)
+        return len(self.memory) + self.backend_depth
+
+    @property
+    def backend_depth(self) -> int:
+        return self.backend.depth if self.backend is not None else 0
 
     # -- messages in ---------------------------------------------------------------------------------------
 
@@ -77,7 +90,7 @@ class Channel:
         now, deliver = time.monotonic(), self._deliver
         for index, entry in enumerate(entries):
             if not ready:
-                self.memory.extend(entries[index:])
+                self._queue(entries[index:])
                 return
             deliver(next(iter(ready)), entry, now)
 
@@ -88,10 +101,34 @@ class Channel:
     def put(self, entry: ChannelEntry) -> None:
         if self._ready and not self.paused:
             self._deliver(next(iter(self._ready)), entry, time.monotonic())
-        elif self.ephemeral and len(self.memory) >= self._opts.mem_queue_size:
-            self.dropped_count += 1  # ephemeral channels never hold more than their memory queue, as in NSQ
         else:
-            self.memory.append(entry)
+            self._queue([entry])
+
+    def _queue(self, entries: list[ChannelEntry]) -> None:
+        """Memory while it has room, then disk."""
+        room = self._opts.mem_queue_size - len(self.memory)
+        if room >= len(entries):
+            self.memory.extend(entries)
+            return
+        if room > 0:
+            self.memory.extend(entries[:room])
+            entries = entries[room:]
+        if self.backend is not None:
+            self._spill(entries)
+        elif self.ephemeral:
+            self.dropped_count += len(entries)
+        else:
+            self.memory.extend(entries)  # no disk at all: memory is all there is
+
+    def _spill(self, entries: list[ChannelEntry]) -> None:
+        assert self.backend is not None
+        try:
+            self.backend.put([encode(entry) for entry in entries])
+        except OSError as error:
+            self._storage.health.write_failed(f"failed to write messages to {self.backend.name}", error)
+            self.memory.extend(entries)  # kept: a message nsqd accepted is never dropped
+            return
+        self._storage.health.write_succeeded()
 
     def _deliver(self, client: Client, entry: ChannelEntry, now: float) -> None:
         if client.sample_rate and random.randrange(100) > client.sample_rate:
@@ -118,8 +155,22 @@ class Channel:
         if self.paused:
             return
         now = time.monotonic()
-        while memory and ready:
+        while ready:
+            if not memory and not self._read_from_disk():
+                break
             self._deliver(next(iter(ready)), memory.popleft(), now)
+
+    def _read_from_disk(self) -> bool:
+        """Moves what the clients with room can take (up to 1024) from disk to memory; False if none."""
+        if self.backend is None or not self.backend.depth:
+            return False
+        try:
+            payloads = self.backend.read(min(1024, max(1, self.room_in_clients())))
+        except OSError as error:
+            log.error("failed to read messages from %s - %s", self.backend.name, error)
+            return False
+        self.memory.extend(decode(payload) for payload in payloads)
+        return bool(payloads)
 
     # -- clients ---------------------------------------------------------------------------------------------
 
@@ -145,7 +196,7 @@ class Channel:
                 and not client.write_paused and client.id in self.clients:
             if client not in self._ready:
                 self._ready[client] = None
-            if self.memory:
+            if self.memory or self.backend_depth:
                 self._drain()
         else:
             self._ready.pop(client, None)
@@ -221,11 +272,37 @@ class Channel:
     def empty(self) -> None:
         """Drop every queued, in-flight and deferred message, as NSQ's /channel/empty does."""
         self.memory.clear()
+        if self.backend is not None:
+            self.backend.empty()
         self.in_flight.clear()
         self.deferred.clear()
         for client in self.clients.values():
             client.in_flight_count = 0
             self.update_ready(client)
+
+    def delete(self) -> None:
+        """Closes the clients and removes every message and file."""
+        self.close_clients()
+        self.empty()
+        if self.backend is not None:
+            self.backend.delete()
+            self._storage.forget(self.backend)
+
+    def flush_to_disk(self) -> None:
+        """At exit: every message still in memory, in flight or deferred goes to the disk queue, which is closed
+        (redelivered after a restart, as NSQ does; deferred ones lose their delay, as in NSQ, for now)."""
+        if self.backend is None:
+            return
+        entries = list(self.memory) + [msg.entry() for msg in self.in_flight.values()] + \
+            [deferred.entry for deferred in self.deferred.values()]
+        self.memory.clear()
+        self.in_flight.clear()
+        self.deferred.clear()
+        try:
+            self.backend.put([encode(entry) for entry in entries])
+        except OSError as error:
+            log.error("failed to flush %d messages of %s to disk - %s", len(entries), self.backend.name, error)
+        self.backend.close()
 
     def close_clients(self) -> None:
         self.exiting = True
@@ -237,7 +314,7 @@ class Channel:
     def stats(self, include_clients: bool, now: float) -> dict[str, Any]:
         clients = [client.stats() for client in self.clients.values()] if include_clients else None
         stats: dict[str, Any] = {
-            "channel_name": self.name, "depth": self.depth, "backend_depth": 0,
+            "channel_name": self.name, "depth": self.depth, "backend_depth": self.backend_depth,
             "in_flight_count": len(self.in_flight), "deferred_count": len(self.deferred),
             "message_count": self.message_count,
         }

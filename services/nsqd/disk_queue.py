@@ -23,7 +23,14 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+from shared.names import is_ephemeral
+
+from .health import Health
+
+if TYPE_CHECKING:
+    from .options import Options
 
 log = logging.getLogger("nsqd")
 
@@ -53,6 +60,7 @@ class DiskQueue:
         self._positions = self._load_positions()
         self._write_fd: int | None = None
         self._reader: _Reader | None = None
+        self._deleted = False
         self._recover_tail()
 
     # -- state -------------------------------------------------------------------------------------------
@@ -142,6 +150,9 @@ class DiskQueue:
                 self._check_depth_at_tail()
                 break
             reader = self._open_reader()
+            if reader is None:
+                self._bad_read_file()  # the file the metadata names is gone
+                continue
             end = positions.write_pos if positions.read_file == positions.write_file else None
             payload = reader.next_record(self._max_record, end)
             if payload is None:
@@ -156,9 +167,12 @@ class DiskQueue:
             payloads.append(payload)
         return payloads
 
-    def _open_reader(self) -> _Reader:
+    def _open_reader(self) -> _Reader | None:
         if self._reader is None:
-            self._reader = _Reader(self.file_path(self._positions.read_file), self._positions.read_pos)
+            try:
+                self._reader = _Reader(self.file_path(self._positions.read_file), self._positions.read_pos)
+            except FileNotFoundError:
+                return None
         return self._reader
 
     def _close_reader(self) -> None:
@@ -199,14 +213,19 @@ class DiskQueue:
         """What a sync must do, as of now: fsync the write file, then replace the metadata. Safe to run on
         another thread while the queue goes on; the queue counts the operations as synced already."""
         self._unsynced = 0
-        fd = self._write_fd
+        # its own descriptor: the queue may close or roll its file while the job runs
+        fd = os.dup(self._write_fd) if self._write_fd is not None else None
         snapshot = Positions(**vars(self._positions))
-        meta_path = self.meta_path
 
         def run() -> None:
-            if fd is not None:
-                os.fsync(fd)
-            _write_meta(meta_path, snapshot)
+            try:
+                if fd is not None:
+                    os.fsync(fd)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            if not self._deleted:
+                _write_meta(self.meta_path, snapshot)
 
         return run
 
@@ -234,6 +253,7 @@ class DiskQueue:
     def delete(self) -> None:
         """Drops every message and every file, metadata included."""
         self.empty()
+        self._deleted = True
         self.meta_path.unlink(missing_ok=True)
 
     # -- start-up ----------------------------------------------------------------------------------------
@@ -332,3 +352,25 @@ def _write_meta(path: Path, positions: Positions) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+class Storage:
+    """The disk queues of one nsqd: opens them in its data path and keeps them for the sync loop. Without a
+    data path (``None``, for tests of the in-memory logic) there are none."""
+
+    def __init__(self, data_path: Path | None, opts: Options) -> None:
+        self.data_path = data_path
+        self.health = Health()
+        self.queues: dict[str, DiskQueue] = {}
+        self._opts = opts
+
+    def open(self, name: str) -> DiskQueue | None:
+        if self.data_path is None or is_ephemeral(name):
+            return None
+        queue = DiskQueue(name, self.data_path, self._opts.max_bytes_per_file, self._opts.max_msg_size,
+                          self._opts.sync_every)
+        self.queues[name] = queue
+        return queue
+
+    def forget(self, queue: DiskQueue) -> None:
+        self.queues.pop(queue.name, None)

@@ -7,6 +7,7 @@ clients' RDY counts) are objects with mutable state.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -43,3 +44,17 @@ class DeferredMessage:
         self.id = entry[0]
         self.deadline = deadline
         self.entry = entry
+
+
+_DISK_HEADER = struct.Struct(">qH")
+
+
+def encode(entry: ChannelEntry) -> bytes:
+    """A message as NSQ writes it to disk: [int64 timestamp][uint16 attempts][16-byte ID][body]."""
+    msg_id, body, timestamp, attempts = entry
+    return _DISK_HEADER.pack(timestamp, attempts) + msg_id + body
+
+
+def decode(payload: bytes) -> ChannelEntry:
+    timestamp, attempts = _DISK_HEADER.unpack_from(payload)
+    return (payload[10:26], payload[26:], timestamp, attempts)

@@ -10,6 +10,7 @@ import itertools
 import logging
 import os
 import socket
+from concurrent.futures import ThreadPoolExecutor
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from .channel import Channel
 from . import identify, metadata
 from .client import Client
 from .http_api import build_app
+from .disk_queue import Storage
 from .metadata import DataPathLock
 from .metrics import Metrics
 from .options import Options
@@ -42,7 +44,6 @@ class NSQD:
         self.opts = opts
         self.hostname = socket.gethostname()
         self.start_time = int(time.time())
-        self.health = "OK"
         self.topics: dict[str, Topic] = {}
         self.connections: set[ConnectionV2] = set()
         self.client_defaults = identify.defaults(opts)
@@ -57,6 +58,10 @@ class NSQD:
         self._scanner = QueueScanner(opts, self.channels)
         self._scan_task: asyncio.Task[None] | None = None
         self.data_path = Path(opts.data_path or os.getcwd())
+        self.storage = Storage(self.data_path, opts)
+        self._sync_task: asyncio.Task[None] | None = None
+        # one thread for fsyncs: they never overlap, and stop() can wait for the one under way
+        self._disk_sync = ThreadPoolExecutor(max_workers=1, thread_name_prefix="disk-sync")
         self._data_path_lock = DataPathLock(self.data_path)
         self._metadata_changed = asyncio.Event()
         self._metadata_write = asyncio.Lock()
@@ -76,6 +81,7 @@ class NSQD:
         self._load_metadata()
         metadata.save(self.data_path, metadata.snapshot(self.topics))  # nothing is served yet: blocking is fine
         self._metadata_task = asyncio.create_task(self._write_metadata_when_changed(), name="metadata")
+        self._sync_task = asyncio.create_task(self._sync_disk_queues(), name="disk-sync")
         loop = asyncio.get_running_loop()
         tcp_socket = listening_socket(self.opts.tcp_address)
         self.tcp_address = tcp_socket.getsockname()[:2]
@@ -103,10 +109,13 @@ class NSQD:
             connection.close()
         for topic in list(self.topics.values()):
             topic.close()
-        for task in (self._scan_task, self._metadata_task):
+        for task in (self._scan_task, self._metadata_task, self._sync_task):
             if task is not None:
                 task.cancel()
                 await asyncio.wait({task})
+        self._disk_sync.shutdown(wait=True)
+        for topic in self.topics.values():
+            topic.flush_to_disk()
         if self._http_runner is not None:
             await self._http_runner.cleanup()
         if self._tcp_server is not None:
@@ -146,7 +155,7 @@ class NSQD:
         """The topic, created on first use."""
         topic = self.topics.get(name)
         if topic is None:
-            topic = Topic(name, self.opts, self._channels_changed)
+            topic = Topic(name, self.opts, self.storage, self._channels_changed)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
             if not topic.ephemeral:
@@ -156,10 +165,7 @@ class NSQD:
     def delete_topic(self, name: str) -> None:
         topic = self.topics.pop(name, None)
         if topic is not None:
-            topic.close()
-            for channel_name in list(topic.channels):
-                topic.delete_channel(channel_name)
-            topic.empty()
+            topic.delete()
             log.info("TOPIC(%s): deleted", name)
             if not topic.ephemeral:
                 self._metadata_changed.set()
@@ -175,12 +181,36 @@ class NSQD:
     def _load_metadata(self) -> None:
         for recorded in metadata.load(self.data_path):
             topic = self.get_topic(recorded.name)
+            topic.started = False  # its backlog waits for all its channels
             if recorded.paused:
                 topic.pause()
             for recorded_channel in recorded.channels:
                 channel = topic.get_channel(recorded_channel.name)
                 if recorded_channel.paused:
                     channel.pause()
+            topic.start()
+
+    @property
+    def health(self) -> str:
+        return self.storage.health.status
+
+    async def _sync_disk_queues(self) -> None:
+        """Each disk queue is synced (fsync and metadata, off the event loop) once --sync-every operations or
+        --sync-timeout have passed since its last sync, whichever comes first."""
+        interval = min(self.opts.sync_timeout, 0.1)
+        last_sync: dict[str, float] = {}
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for name, queue in list(self.storage.queues.items()):
+                timed_out = now - last_sync.get(name, 0.0) >= self.opts.sync_timeout
+                if queue.sync_due or (queue.dirty and timed_out):
+                    last_sync[name] = now
+                    try:
+                        await loop.run_in_executor(self._disk_sync, queue.sync_job())
+                    except OSError as error:
+                        self.storage.health.write_failed(f"failed to sync {name}", error)
 
     async def persist_metadata(self) -> None:
         """Writes nsqd.dat now (off the event loop). One write at a time, each taking its snapshot when its turn

@@ -1,16 +1,17 @@
 """A topic: takes published messages and gives every channel its own copy.
 
-With no channels, or while paused, messages wait in the topic's memory queue; the first channel to appear (or
-the unpause) receives that backlog, as in NSQ. A deferred message (DPUB) starts its delay when it reaches a
-channel.
+With no channels, or while paused, messages wait in the topic's memory queue and, once it holds
+``--mem-queue-size``, in its disk queue; the first channel to appear (or the unpause) receives that backlog, as in
+NSQ. A deferred message (DPUB) starts its delay when it reaches a channel.
 
-Admission: a publish is accepted only if every queue it lands in stays within ``--mem-queue-size``; otherwise
-it is refused as a whole (``E_PUB_FAILED``/``E_MPUB_FAILED``) and nothing is queued. Nothing accepted is ever
-dropped, except by ephemeral topics and channels, which discard overflow as NSQ's do.
+A publish the disk queue cannot take is refused as a whole (``E_PUB_FAILED``/``E_MPUB_FAILED``) and nothing of it
+is queued. Nothing accepted is ever dropped, except by ephemeral topics and channels, which discard what their
+memory queue cannot hold, as NSQ's do.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from itertools import repeat
@@ -21,10 +22,14 @@ from shared.names import is_ephemeral
 from .channel import Channel
 from .e2e import DISABLED, summarize
 from .guid import GuidFactory
-from .message import TopicEntry
+from .message import TopicEntry, decode, encode
 
 if TYPE_CHECKING:
+    from .disk_queue import Storage
     from .options import Options
+
+
+log = logging.getLogger("nsqd")
 
 
 class TopicError(Exception):
@@ -32,9 +37,14 @@ class TopicError(Exception):
 
 
 class Topic:
-    def __init__(self, name: str, opts: Options, on_channel_change: Callable[[Topic], None]) -> None:
+    def __init__(self, name: str, opts: Options, storage: Storage, on_channel_change: Callable[[Topic], None],
+                 started: bool = True) -> None:
         self.name = name
         self.ephemeral = is_ephemeral(name)
+        self._storage = storage
+        self.backend = storage.open(name)
+        # a topic restored at start-up hands its backlog out only once all its channels exist again
+        self.started = started
         self.paused = False
         self.exiting = False
         # entries are (id, body, timestamp, defer ms); with defer 0 the same tuple is a channel entry
@@ -53,38 +63,43 @@ class Topic:
 
     @property
     def depth(self) -> int:
-        return len(self.memory)
+        return len(self.memory) + self.backend_depth
+
+    @property
+    def backend_depth(self) -> int:
+        return self.backend.depth if self.backend is not None else 0
 
     def publish(self, bodies: list[bytes], defer_ms: int = 0) -> None:
         """Accepts all of ``bodies`` or raises TopicError and accepts none."""
         if self.exiting:
             raise TopicError("exiting")
         count = len(bodies)
-        self._admit(count)
         timestamp = time.time_ns()
         entries = list(zip(self._guid.next_ids(count), bodies, repeat(timestamp, count), repeat(defer_ms, count)))
-        self.message_count += count
-        self.message_bytes += sum(map(len, bodies))
-        if self.paused or not self.channels:
+        if self.paused or not self.channels or not self.started:
             self._hold(entries)
         else:
             self._distribute(entries, deferred=defer_ms > 0)
-
-    def _admit(self, count: int) -> None:
-        limit = self._opts.mem_queue_size
-        if self.paused or not self.channels:
-            if not self.ephemeral and len(self.memory) + count > limit:
-                raise TopicError(f"queue full: topic depth would exceed --mem-queue-size={limit}")
-            return
-        for channel in self.channels.values():
-            if not channel.ephemeral and channel.depth + count > limit \
-                    and channel.depth + count - channel.room_in_clients() > limit:
-                raise TopicError(f"queue full: channel {channel.name} depth would exceed --mem-queue-size={limit}")
+        self.message_count += count
+        self.message_bytes += sum(map(len, bodies))
 
     def _hold(self, entries: list[TopicEntry]) -> None:
-        room = len(entries) if not self.ephemeral else max(0, self._opts.mem_queue_size - len(self.memory))
+        """Memory while it has room, then disk; raises TopicError, holding none, if the disk refuses."""
+        room = max(0, self._opts.mem_queue_size - len(self.memory))
+        overflow = entries[room:]
+        if overflow and self.backend is not None:
+            try:
+                # on disk a topic's message has no delay: it starts again when it reaches a channel (as NSQ's)
+                self.backend.put([encode((msg_id, body, timestamp, 0)) for msg_id, body, timestamp, _ in overflow])
+            except OSError as error:
+                self._storage.health.write_failed(f"failed to write messages to {self.name}", error)
+                raise TopicError(str(error)) from None
+            self._storage.health.write_succeeded()
+        elif overflow and self.ephemeral:
+            self.dropped_count += len(overflow)
+        else:
+            room = len(entries)  # no disk at all: memory is all there is
         self.memory.extend(entries[:room])
-        self.dropped_count += len(entries) - room
 
     def _distribute(self, entries: list[TopicEntry], deferred: bool) -> None:
         """Every channel gets every entry; ``deferred`` says whether any of them has a delay."""
@@ -101,11 +116,22 @@ class Topic:
                     channel.put_new([(msg_id, body, timestamp, 0)])
 
     def _pump_backlog(self) -> None:
-        if self.paused or not self.channels or not self.memory:
+        """Hands the backlog to the channels: memory first, then the disk queue in batches."""
+        if self.paused or not self.channels or not self.started:
             return
-        backlog = list(self.memory)
-        self.memory.clear()
-        self._distribute(backlog, deferred=any(entry[3] for entry in backlog))
+        if self.memory:
+            backlog = list(self.memory)
+            self.memory.clear()
+            self._distribute(backlog, deferred=any(entry[3] for entry in backlog))
+        while self.backend is not None and self.backend.depth:
+            batch = [decode(payload) for payload in self.backend.read(4096)]
+            if not batch:
+                break
+            self._distribute(batch, deferred=False)
+
+    def start(self) -> None:
+        self.started = True
+        self._pump_backlog()
 
     # -- channels -------------------------------------------------------------------------------------------
 
@@ -113,7 +139,7 @@ class Topic:
         """The channel, created if it does not exist yet (it then receives the topic's backlog)."""
         channel = self.channels.get(name)
         if channel is None:
-            channel = Channel(self.name, name, self._opts, self._channel_lost_last_client)
+            channel = Channel(self.name, name, self._opts, self._storage, self._channel_lost_last_client)
             self.channels[name] = channel
             self._pump_backlog()
             self._on_channel_change(self)
@@ -122,8 +148,7 @@ class Topic:
     def delete_channel(self, name: str) -> Channel | None:
         channel = self.channels.pop(name, None)
         if channel is not None:
-            channel.close_clients()
-            channel.empty()
+            channel.delete()
             self._on_channel_change(self)
         return channel
 
@@ -141,13 +166,39 @@ class Topic:
         self._pump_backlog()
 
     def empty(self) -> None:
-        """Drops the topic's own queue, not its channels' (NSQ's /topic/empty)."""
+        """Drops the topic's own queues, not its channels' (NSQ's /topic/empty)."""
         self.memory.clear()
+        if self.backend is not None:
+            self.backend.empty()
 
     def close(self) -> None:
         self.exiting = True
         for channel in list(self.channels.values()):
             channel.close_clients()
+
+    def delete(self) -> None:
+        """Closes the clients, then removes every channel, message and file."""
+        self.close()
+        for name in list(self.channels):
+            self.delete_channel(name)
+        self.empty()
+        if self.backend is not None:
+            self.backend.delete()
+            self._storage.forget(self.backend)
+
+    def flush_to_disk(self) -> None:
+        """At exit: the topic's and its channels' messages go to their disk queues, which are closed."""
+        for channel in self.channels.values():
+            channel.flush_to_disk()
+        if self.backend is None:
+            return
+        entries = list(self.memory)
+        self.memory.clear()
+        try:
+            self.backend.put([encode((msg_id, body, timestamp, 0)) for msg_id, body, timestamp, _ in entries])
+        except OSError as error:
+            log.error("failed to flush %d messages of %s to disk - %s", len(entries), self.name, error)
+        self.backend.close()
 
     # -- stats ----------------------------------------------------------------------------------------------
 
@@ -155,7 +206,7 @@ class Topic:
         names = sorted(self.channels) if channel_name is None else [channel_name]
         channels = [self.channels[name].stats(include_clients, now) for name in names]
         return {
-            "topic_name": self.name, "channels": channels, "depth": self.depth, "backend_depth": 0,
+            "topic_name": self.name, "channels": channels, "depth": self.depth, "backend_depth": self.backend_depth,
             "message_count": self.message_count, "message_bytes": self.message_bytes, "paused": self.paused,
             "e2e_processing_latency": self._e2e(now),
         }

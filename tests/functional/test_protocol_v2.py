@@ -348,17 +348,17 @@ async def test_max_channel_consumers(nsqd_factory: Callable[..., NSQDProcess]) -
     await first.close()
 
 
-async def test_full_memory_queue_refuses_without_dropping(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+async def test_overflow_goes_to_disk_and_nothing_is_lost(nsqd_factory: Callable[..., NSQDProcess]) -> None:
     nsqd = nsqd_factory("--mem-queue-size=3")
     producer = await connect(nsqd)
-    producer.send(encode_mpub(b"full", [b"1", b"2", b"3"]))
+    producer.send(encode_mpub(b"full", [b"%d" % i for i in range(10)]))
     assert await producer.read_frame() == Frame(FRAME_TYPE_RESPONSE, b"OK")
-    await producer.command(b"PUB", b"full", body=b"4")
-    frame = await producer.read_frame()
-    assert frame.frame_type == FRAME_TYPE_ERROR and frame.data.startswith(b"E_PUB_FAILED PUB failed queue full")
+    topic = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"][0]
+    assert (topic["depth"], topic["backend_depth"]) == (10, 7)
     consumer = await connect(nsqd)
-    await consumer.subscribe("full", "c", rdy=10)
-    assert [m.body for m in await consumer.read_messages(3)] == [b"1", b"2", b"3"]
+    await consumer.subscribe("full", "c", rdy=100)
+    assert sorted(int(m.body) for m in await consumer.read_messages(10)) == list(range(10))
+    await consumer.expect_nothing(0.3)
     await consumer.close()
     await producer.close()
 

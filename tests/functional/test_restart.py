@@ -58,3 +58,34 @@ def test_a_second_nsqd_on_the_same_data_path_refuses_to_start(tmp_path: Path) ->
         assert nsqd.http("GET", "/ping")[0] == 200
     finally:
         nsqd.stop()
+
+
+async def test_queued_in_flight_and_deferred_messages_come_back_after_a_restart(tmp_path: Path) -> None:
+    from tests.wire import WireClient
+
+    nsqd = start_nsqd(*FAST_SCAN, "--mem-queue-size=2", data_path=tmp_path)
+    try:
+        assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 404  # no topic yet
+        nsqd.http("POST", "/topic/create?topic=t")
+        nsqd.http("POST", "/channel/create?topic=t&channel=c")
+        for i in range(5):
+            assert nsqd.http("POST", f"/pub?topic=t", b"queued %d" % i)[0] == 200
+        assert nsqd.http("POST", "/pub?topic=t&defer=60000", b"deferred")[0] == 200
+        consumer = await WireClient.connect(nsqd.tcp_address)
+        await consumer.subscribe("t", "c", rdy=2)
+        in_flight = await consumer.read_messages(2)  # delivered, never finished
+        await consumer.close()
+    finally:
+        assert nsqd.stop() == 0
+    nsqd = start_nsqd(*FAST_SCAN, data_path=tmp_path)
+    try:
+        stats = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"][0]["channels"][0]
+        assert stats["depth"] == 6
+        consumer = await WireClient.connect(nsqd.tcp_address)
+        await consumer.subscribe("t", "c", rdy=10)
+        bodies = sorted(m.body for m in await consumer.read_messages(6))
+        assert bodies == sorted([b"queued %d" % i for i in range(5)] + [b"deferred"])
+        assert {m.body for m in in_flight} <= set(bodies)
+        await consumer.close()
+    finally:
+        nsqd.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from services.nsqd.channel import Channel, ChannelError
+from services.nsqd.disk_queue import Storage
 from services.nsqd.message import ChannelEntry
 from tests.unit.nsqd_fixtures import make_client, options
 
@@ -17,7 +18,8 @@ def entry(n: int) -> ChannelEntry:
 
 def make_channel(name: str = "c", **opts: object) -> tuple[Channel, list[Channel]]:
     gone: list[Channel] = []
-    return Channel("t", name, options(**opts), gone.append), gone
+    settings = options(**opts)
+    return Channel("t", name, settings, Storage(None, settings), gone.append), gone
 
 
 def subscribe(channel: Channel, client_id: int = 1, ready: int = 1, msg_timeout: float = 60.0):  # type: ignore[no-untyped-def]

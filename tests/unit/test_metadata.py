@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from services.nsqd import metadata
+from services.nsqd.disk_queue import Storage
 from services.nsqd.metadata import ChannelMetadata, DataPathLock, MetadataError, TopicMetadata
 from services.nsqd.topic import Topic
 from tests.unit.nsqd_fixtures import options
@@ -43,10 +44,10 @@ def test_unreadable_metadata_is_an_error(tmp_path: Path, text: str) -> None:
 
 
 def test_snapshot_leaves_out_ephemeral_topics_and_channels() -> None:
-    durable = Topic("t", options(), lambda topic: None)
+    durable = Topic("t", options(), Storage(None, options()), lambda topic: None)
     durable.get_channel("c").pause()
     durable.get_channel("tail#ephemeral")
-    ephemeral = Topic("e#ephemeral", options(), lambda topic: None)
+    ephemeral = Topic("e#ephemeral", options(), Storage(None, options()), lambda topic: None)
     assert metadata.snapshot({"t": durable, "e#ephemeral": ephemeral}) == [
         TopicMetadata("t", False, [ChannelMetadata("c", True)])]
 

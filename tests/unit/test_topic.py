@@ -1,15 +1,19 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
+from services.nsqd.disk_queue import Storage
 from services.nsqd.topic import Topic, TopicError
 from tests.unit.nsqd_fixtures import options
+from tests.unit.test_channel import subscribe
 
 
 def make_topic(name: str = "t", **opts: object) -> Topic:
-    return Topic(name, options(**opts), lambda topic: None)
+    settings = options(**opts)
+    return Topic(name, settings, Storage(None, settings), lambda topic: None)
 
 
 def test_topic_holds_messages_until_its_first_channel() -> None:
@@ -40,13 +44,28 @@ def test_ids_are_unique_and_increasing() -> None:
     assert ids == sorted(ids) and len(set(ids)) == 5000
 
 
-def test_publish_is_refused_whole_when_a_queue_would_overflow() -> None:
-    topic = make_topic(mem_queue_size=3)
+def test_overflow_goes_to_disk_and_comes_back(tmp_path: Path) -> None:
+    settings = options(mem_queue_size=3)
+    topic = Topic("t", settings, Storage(tmp_path, settings), lambda topic: None)
+    topic.publish([b"%d" % i for i in range(5)])
+    assert (len(topic.memory), topic.backend_depth, topic.depth) == (3, 2, 5)
     channel = topic.get_channel("c")
-    topic.publish([b"1", b"2"])
-    with pytest.raises(TopicError, match="queue full"):
-        topic.publish([b"3", b"4"])
-    assert channel.depth == 2 and topic.message_count == 2
+    topic.publish([b"%d" % i for i in range(5, 10)])
+    assert topic.depth == 0 and (len(channel.memory), channel.backend_depth) == (3, 7)
+    client, transport = subscribe(channel, ready=100)
+    assert sorted(int(m.body) for m in transport.messages()) == list(range(10))
+    assert channel.depth == 0
+    topic.flush_to_disk()
+
+
+def test_a_publish_the_disk_refuses_is_refused_whole(tmp_path: Path) -> None:
+    settings = options(mem_queue_size=1)
+    topic = Topic("t", settings, Storage(tmp_path, settings), lambda topic: None)
+    (tmp_path / "t.diskqueue.000000.dat").mkdir()  # the disk queue cannot write
+    with pytest.raises(TopicError):
+        topic.publish([b"1", b"2", b"3"])
+    assert topic.depth == 0 and topic.message_count == 0
+    topic.flush_to_disk()
 
 
 def test_ephemeral_channels_do_not_block_publishing() -> None:
