@@ -127,7 +127,7 @@ def _publish(topic: Topic, bodies: list[bytes], defer_ms: int = 0) -> web.Respon
         if topic.exiting:
             raise HTTPError(503, "EXITING") from None
         log.error("failed to publish to topic(%s) - %s", topic.name, error)
-        raise HTTPError(503, "QUEUE_FULL") from None
+        raise HTTPError(500, "INTERNAL_ERROR") from None  # the disk refused it
     return text_response("OK")
 
 
