@@ -65,6 +65,15 @@ class Channel:
         if opts.e2e_processing_latency_percentiles:
             self.e2e = LatencyWindow(opts.e2e_processing_latency_percentiles,
                                      opts.e2e_processing_latency_window_time, time.monotonic())
+        self._restore_deferred()
+
+    def _restore_deferred(self) -> None:
+        """Deferred messages saved at the last exit wait out what is left of their delay."""
+        if self.backend is None:
+            return
+        now, now_ns = time.monotonic(), time.time_ns()
+        for due_ns, payload in self.backend.take_deferred():
+            self.deferred.push(DeferredMessage(decode(payload), now + max(0, due_ns - now_ns) / 1e9))
 
     def __repr__(self) -> str:
         return f"Channel({self.topic_name}:{self.name})"
@@ -289,19 +298,21 @@ class Channel:
             self._storage.forget(self.backend)
 
     def flush_to_disk(self) -> None:
-        """At exit: every message still in memory, in flight or deferred goes to the disk queue, which is closed
-        (redelivered after a restart, as NSQ does; deferred ones lose their delay, as in NSQ, for now)."""
+        """At exit: every message still in memory or in flight goes to the disk queue (redelivered after a
+        restart, as NSQ does), deferred ones to a file with their due times (where NSQ would lose the delay)."""
         if self.backend is None:
             return
-        entries = list(self.memory) + [msg.entry() for msg in self.in_flight.values()] + \
-            [deferred.entry for deferred in self.deferred.values()]
+        entries = list(self.memory) + [msg.entry() for msg in self.in_flight.values()]
+        now, now_ns = time.monotonic(), time.time_ns()
+        deferred = [(now_ns + int((item.deadline - now) * 1e9), encode(item.entry)) for item in self.deferred.values()]
         self.memory.clear()
         self.in_flight.clear()
         self.deferred.clear()
         try:
             self.backend.put([encode(entry) for entry in entries])
+            self.backend.save_deferred(deferred)
         except OSError as error:
-            log.error("failed to flush %d messages of %s to disk - %s", len(entries), self.backend.name, error)
+            log.error("failed to flush the messages of %s to disk - %s", self.backend.name, error)
         self.backend.close()
 
     def close_clients(self) -> None:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqd")
 
 _SIZE = struct.Struct(">i")
+_DEFERRED = struct.Struct(">qi")
 # a message on disk is at least its header: timestamp, attempts, ID
 MIN_RECORD = 26
 
@@ -255,6 +256,50 @@ class DiskQueue:
         self.empty()
         self._deleted = True
         self.meta_path.unlink(missing_ok=True)
+        self.deferred_path.unlink(missing_ok=True)
+
+    # -- deferred messages, beyond NSQ -------------------------------------------------------------------
+
+    @property
+    def deferred_path(self) -> Path:
+        return self._data_path / f"{self.name}.diskqueue.deferred.dat"
+
+    def save_deferred(self, messages: list[tuple[int, bytes]]) -> None:
+        """At exit: deferred messages with their due times (unix ns), so a restart delivers each when it is due
+        instead of at once, as NSQ would. Records: [int64 due][int32 size][payload]; replaced atomically."""
+        if not messages:
+            self.deferred_path.unlink(missing_ok=True)
+            return
+        data = b"".join(_DEFERRED.pack(due, len(payload)) + payload for due, payload in messages)
+        temporary = self.deferred_path.with_name(f"{self.deferred_path.name}.{os.urandom(4).hex()}.tmp")
+        try:
+            with open(temporary, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, self.deferred_path)
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    def take_deferred(self) -> list[tuple[int, bytes]]:
+        """The deferred messages saved at the last exit (the file is removed: they are the caller's now)."""
+        try:
+            data = self.deferred_path.read_bytes()
+        except FileNotFoundError:
+            return []
+        messages: list[tuple[int, bytes]] = []
+        offset = 0
+        while offset + _DEFERRED.size <= len(data):
+            due, size = _DEFERRED.unpack_from(data, offset)
+            offset += _DEFERRED.size
+            if not MIN_RECORD <= size <= self._max_record or offset + size > len(data):
+                log.error("DISKQUEUE(%s): %s is damaged after %d messages; the rest of it is lost", self.name,
+                          self.deferred_path.name, len(messages))
+                break
+            messages.append((due, data[offset:offset + size]))
+            offset += size
+        self.deferred_path.unlink()
+        return messages
 
     # -- start-up ----------------------------------------------------------------------------------------
 

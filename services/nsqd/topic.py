@@ -43,13 +43,18 @@ class Topic:
         self.ephemeral = is_ephemeral(name)
         self._storage = storage
         self.backend = storage.open(name)
+        self.memory: deque[TopicEntry] = deque()
+        if self.backend is not None:
+            # deferred messages that waited here for a channel; their delay has not started, so the file keeps
+            # the delay itself (ms), where a channel's keeps due times
+            self.memory.extend((msg_id, body, timestamp, defer_ms) for defer_ms, (msg_id, body, timestamp, _)
+                               in ((delay, decode(payload)) for delay, payload in self.backend.take_deferred()))
         # a topic restored at start-up hands its backlog out only once all its channels exist again
         self.started = started
         self.paused = False
         self.exiting = False
         # entries are (id, body, timestamp, defer ms); with defer 0 the same tuple is a channel entry
         # (id, body, timestamp, attempts 0), so fan-out shares it among channels without copying
-        self.memory: deque[TopicEntry] = deque()
         self.channels: dict[str, Channel] = {}
         self.message_count = 0
         self.message_bytes = 0
@@ -195,9 +200,12 @@ class Topic:
         entries = list(self.memory)
         self.memory.clear()
         try:
-            self.backend.put([encode((msg_id, body, timestamp, 0)) for msg_id, body, timestamp, _ in entries])
+            self.backend.put([encode((msg_id, body, timestamp, 0)) for msg_id, body, timestamp, defer_ms in entries
+                              if not defer_ms])
+            self.backend.save_deferred([(defer_ms, encode((msg_id, body, timestamp, 0)))
+                                        for msg_id, body, timestamp, defer_ms in entries if defer_ms])
         except OSError as error:
-            log.error("failed to flush %d messages of %s to disk - %s", len(entries), self.name, error)
+            log.error("failed to flush the messages of %s to disk - %s", self.name, error)
         self.backend.close()
 
     # -- stats ----------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.conftest import FAST_SCAN
@@ -80,12 +81,42 @@ async def test_queued_in_flight_and_deferred_messages_come_back_after_a_restart(
     nsqd = start_nsqd(*FAST_SCAN, data_path=tmp_path)
     try:
         stats = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"][0]["channels"][0]
-        assert stats["depth"] == 6
+        assert (stats["depth"], stats["deferred_count"]) == (5, 1)
         consumer = await WireClient.connect(nsqd.tcp_address)
         await consumer.subscribe("t", "c", rdy=10)
-        bodies = sorted(m.body for m in await consumer.read_messages(6))
-        assert bodies == sorted([b"queued %d" % i for i in range(5)] + [b"deferred"])
+        bodies = sorted(m.body for m in await consumer.read_messages(5))
+        assert bodies == sorted([b"queued %d" % i for i in range(5)])
         assert {m.body for m in in_flight} <= set(bodies)
+        await consumer.expect_nothing(0.5)  # the deferred one is due in a minute, restart or not
         await consumer.close()
+    finally:
+        nsqd.stop()
+
+
+async def test_deferred_messages_keep_their_due_time_across_a_restart(tmp_path: Path) -> None:
+    from tests.wire import WireClient
+
+    nsqd = start_nsqd(*FAST_SCAN, data_path=tmp_path)
+    try:
+        nsqd.http("POST", "/topic/create?topic=d")
+        nsqd.http("POST", "/channel/create?topic=d&channel=c")
+        published_at = time.monotonic()
+        assert nsqd.http("POST", "/pub?topic=d&defer=2500", b"later")[0] == 200
+        assert nsqd.http("POST", "/pub?topic=waiting&defer=1000", b"no channel yet")[0] == 200
+    finally:
+        assert nsqd.stop() == 0
+    nsqd = start_nsqd(*FAST_SCAN, data_path=tmp_path)
+    try:
+        consumer = await WireClient.connect(nsqd.tcp_address)
+        await consumer.subscribe("d", "c", rdy=10)
+        message = await consumer.read_message(timeout=10)
+        assert message.body == b"later" and time.monotonic() - published_at >= 2.5
+        waiting = await WireClient.connect(nsqd.tcp_address)
+        subscribed_at = time.monotonic()
+        await waiting.subscribe("waiting", "c", rdy=10)  # a topic's deferral starts when it reaches a channel
+        assert (await waiting.read_message(timeout=10)).body == b"no channel yet"
+        assert time.monotonic() - subscribed_at >= 1.0
+        await consumer.close()
+        await waiting.close()
     finally:
         nsqd.stop()

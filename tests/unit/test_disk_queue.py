@@ -181,3 +181,19 @@ def test_channel_queues_have_their_own_files(tmp_path: Path) -> None:
     channel.put([payload(2)])
     assert read_all(topic) == [payload(1)] and read_all(channel) == [payload(2)]
     assert (tmp_path / "t:c.diskqueue.000000.dat").exists()
+
+
+def test_deferred_messages_are_saved_with_their_due_times_and_taken_once(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    queue.save_deferred([(123, payload(1)), (456, payload(2))])
+    again = make(tmp_path)
+    assert again.take_deferred() == [(123, payload(1)), (456, payload(2))]
+    assert again.take_deferred() == []
+
+
+def test_a_damaged_deferred_file_gives_what_it_can(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    queue.save_deferred([(1, payload(1)), (2, payload(2))])
+    path = tmp_path / "t.diskqueue.deferred.dat"
+    path.write_bytes(path.read_bytes()[:-5])
+    assert make(tmp_path).take_deferred() == [(1, payload(1))]
