@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import tempfile
 import time
+from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
 
@@ -61,6 +63,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per publishing phase")
     parser.add_argument("--nsqd-args", default="", help="extra nsqd flags")
     parser.add_argument("--skip-ceiling", action="store_true", help="do not measure the generators' ceilings")
+    parser.add_argument("--disk", action="store_true",
+                        help="also run (a) and (c) with --mem-queue-size=0: every message through the disk queue")
     args = parser.parse_args()
     pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork"))
     pool.submit(time.sleep, 0).result()
@@ -76,15 +80,21 @@ def main() -> None:
                 lambda: pool.submit(load.consume, source, TOPIC, "ch", 2500, 2_000_000, 10).result())
         listener.close()
 
-    nsqd = start_nsqd("--mem-queue-size=100000000", *args.nsqd_args.split())
-    pid = nsqd.process.pid
     try:
-        time.sleep(1.0)
-        print(f"-- nsqd (pid {pid}): idle RSS {rss_mib(pid):.1f} MiB")
-        run_phases(pool, nsqd, pid, args.duration)
-        print(f"-- nsqd RSS after the run {rss_mib(pid):.1f} MiB")
+        with tempfile.TemporaryDirectory() as data_path:
+            nsqd = start_nsqd("--mem-queue-size=100000000", *args.nsqd_args.split(), data_path=Path(data_path))
+            pid = nsqd.process.pid
+            try:
+                time.sleep(1.0)
+                print(f"-- nsqd (pid {pid}): idle RSS {rss_mib(pid):.1f} MiB")
+                run_phases(pool, nsqd, pid, args.duration)
+                print(f"-- nsqd RSS after the run {rss_mib(pid):.1f} MiB")
+            finally:
+                nsqd.stop()
+        if args.disk:
+            with tempfile.TemporaryDirectory() as data_path:
+                run_disk_phases(pool, Path(data_path), args.duration, args.nsqd_args.split())
     finally:
-        nsqd.stop()
         pool.shutdown()
 
 
@@ -97,6 +107,27 @@ def run_phases(pool: ProcessPoolExecutor, nsqd: NSQDProcess, pid: int, duration:
     backlog = published["messages"] + single["messages"]
     measure("(c) consume backlog, RDY 2500, FIN each", pid,
             lambda: pool.submit(load.consume, address, TOPIC, "ch", 2500, backlog, 600).result())
+
+
+def run_disk_phases(pool: ProcessPoolExecutor, data_path: Path, duration: float, nsqd_args: list[str]) -> None:
+    """(a) and (c) with every message through the disk queue. The channel exists before publishing, so messages
+    go to its disk queue directly (a new channel would first copy the topic's whole backlog)."""
+    nsqd = start_nsqd("--mem-queue-size=0", *nsqd_args, data_path=data_path)
+    pid = nsqd.process.pid
+    record = 4 + 26 + SIZE
+    try:
+        print(f"-- nsqd with --mem-queue-size=0 (pid {pid}), data in {data_path}")
+        nsqd.http("POST", f"/topic/create?topic={TOPIC}")
+        nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel=ch")
+        written = measure("(a) MPUB x200 to disk, 2 conns", pid,
+                          lambda: parallel_publish(pool, nsqd.tcp_address, 200, 2, duration))
+        print(f"{'':<46} {written['rate'] * record / 1e6:>12,.1f} MB/s written")
+        read = measure("(c) consume from disk, RDY 2500, FIN each", pid,
+                       lambda: pool.submit(load.consume, nsqd.tcp_address, TOPIC, "ch", 2500, written["messages"],
+                                           600).result())
+        print(f"{'':<46} {read['rate'] * record / 1e6:>12,.1f} MB/s read")
+    finally:
+        nsqd.stop()
 
 
 if __name__ == "__main__":

@@ -92,9 +92,8 @@ class Channel:
         """Messages from the topic: counted, then delivered or queued."""
         self.message_count += len(entries)
         ready = self._ready
-        if not ready or self.paused or self.ephemeral:
-            for entry in entries:
-                self.put(entry)
+        if not ready or self.paused:
+            self._queue(entries)
             return
         now, deliver = time.monotonic(), self._deliver
         for index, entry in enumerate(entries):

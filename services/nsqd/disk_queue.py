@@ -22,6 +22,7 @@ import logging
 import os
 import struct
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -90,21 +91,22 @@ class DiskQueue:
 
     def put(self, payloads: list[bytes]) -> None:
         """Appends every payload, or raises OSError having appended none (a partial write is cut back)."""
-        for payload in payloads:
-            if not MIN_RECORD <= len(payload) <= self._max_record:
-                raise ValueError(f"invalid message size {len(payload)}")
-        batch: list[bytes] = []
-        size = 0
+        if not payloads:
+            return
+        sizes = list(map(len, payloads))
+        if min(sizes) < MIN_RECORD or max(sizes) > self._max_record:
+            raise ValueError(f"invalid message size {min(sizes)}..{max(sizes)}")
+        total = sum(sizes) + 4 * len(sizes)
+        if self._positions.write_pos + total <= self._max_bytes_per_file:
+            # the common case, all in the current file: headers and payloads joined in one pass
+            self._write(b"".join(chain.from_iterable(zip(map(_SIZE.pack, sizes), payloads))), len(payloads))
+            return
         for payload in payloads:
             record = _SIZE.pack(len(payload)) + payload
-            if self._positions.write_pos + size > 0 and \
-                    self._positions.write_pos + size + len(record) > self._max_bytes_per_file:
-                self._write(b"".join(batch), len(batch))
+            if self._positions.write_pos > 0 and \
+                    self._positions.write_pos + len(record) > self._max_bytes_per_file:
                 self._roll()
-                batch, size = [], 0
-            batch.append(record)
-            size += len(record)
-        self._write(b"".join(batch), len(batch))
+            self._write(record, 1)
 
     def _write(self, data: bytes, count: int) -> None:
         if not data:
@@ -363,7 +365,11 @@ class _Reader:
 
     def next_record(self, max_record: int, end: int | None) -> bytes | None:
         """The next payload, or None if the file ends (or ``end`` comes) before a whole valid record."""
-        limit = end if end is not None else max(self._size, os.fstat(self._file.fileno()).st_size)
+        limit = end if end is not None else self._size
+        if end is None and self.position + 4 > limit:
+            # the file may have grown while it was the write file: look again before calling it finished
+            self._size = os.fstat(self._file.fileno()).st_size
+            limit = self._size
         if self.position + 4 > limit:
             return None
         header = self._file.read(4)
@@ -379,7 +385,8 @@ class _Reader:
         return payload
 
     def at_end(self) -> bool:
-        return self.position >= os.fstat(self._file.fileno()).st_size
+        self._size = os.fstat(self._file.fileno()).st_size
+        return self.position >= self._size
 
     def close(self) -> None:
         self._file.close()

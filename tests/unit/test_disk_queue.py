@@ -197,3 +197,11 @@ def test_a_damaged_deferred_file_gives_what_it_can(tmp_path: Path) -> None:
     path = tmp_path / "t.diskqueue.deferred.dat"
     path.write_bytes(path.read_bytes()[:-5])
     assert make(tmp_path).take_deferred() == [(1, payload(1))]
+
+
+def test_a_file_read_while_it_was_written_is_read_to_its_real_end(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200)
+    queue.put([payload(0), payload(1)])
+    assert queue.read(1) == [payload(0)]  # the reader opens file 0 while it is the write file
+    queue.put([payload(i) for i in range(2, 8)])  # file 0 fills up, then writing rolls on to file 1
+    assert read_all(queue) == [payload(i) for i in range(1, 8)]
