@@ -100,3 +100,21 @@ def consume(address: tuple[str, int], topic: str, channel: str, rdy: int, expect
             sock.sendall(b"".join(fins))
     sock.close()
     return received, last - first
+
+
+def probe(address: tuple[str, int], start_at: float, duration: float) -> list[float]:
+    """PUB round trips on a topic of its own every 10 ms while the load runs: how long nsqd keeps other clients
+    waiting (seconds each)."""
+    sock = connect(address)
+    frame = encode_command(b"PUB", b"probe", body=b"x" * 200)
+    time.sleep(max(0.0, start_at - time.time()))
+    latencies = []
+    end = start_at + duration
+    while time.time() < end:
+        sent = time.perf_counter()
+        sock.sendall(frame)
+        _expect_ok(sock)
+        latencies.append(time.perf_counter() - sent)
+        time.sleep(0.01)
+    sock.close()
+    return latencies

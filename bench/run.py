@@ -119,9 +119,16 @@ def run_disk_phases(pool: ProcessPoolExecutor, data_path: Path, duration: float,
         print(f"-- nsqd with --mem-queue-size=0 (pid {pid}), data in {data_path}")
         nsqd.http("POST", f"/topic/create?topic={TOPIC}")
         nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel=ch")
+        probe_pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+        probing = probe_pool.submit(load.probe, nsqd.tcp_address, time.time() + 0.5, duration)
         written = measure("(a) MPUB x200 to disk, 2 conns", pid,
                           lambda: parallel_publish(pool, nsqd.tcp_address, 200, 2, duration))
         print(f"{'':<46} {written['rate'] * record / 1e6:>12,.1f} MB/s written")
+        latencies = sorted(probing.result())
+        probe_pool.shutdown()
+        print(f"{'   another client, PUB every 10 ms meanwhile':<46} round trip p50 "
+              f"{latencies[len(latencies) // 2] * 1e3:.1f} ms, p99 {latencies[int(len(latencies) * 0.99)] * 1e3:.1f} ms, "
+              f"max {latencies[-1] * 1e3:.1f} ms")
         read = measure("(c) consume from disk, RDY 2500, FIN each", pid,
                        lambda: pool.submit(load.consume, nsqd.tcp_address, TOPIC, "ch", 2500, written["messages"],
                                            600).result())
