@@ -11,6 +11,7 @@ memory queue cannot hold, as NSQ's do.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -121,8 +122,9 @@ class Topic:
                     channel.put_new([(msg_id, body, timestamp, 0)])
 
     def _pump_backlog(self) -> None:
-        """Hands the backlog to the channels: memory first, then the disk queue in batches."""
-        if self.paused or not self.channels or not self.started:
+        """Hands the backlog to the channels: memory first, then the disk queue a batch per event-loop turn, so
+        other clients are served while a large backlog moves."""
+        if self.paused or not self.channels or not self.started or self.exiting:
             return
         if self.memory:
             backlog = list(self.memory)
@@ -133,6 +135,17 @@ class Topic:
             if not batch:
                 break
             self._distribute(batch, deferred=False)
+            if self.backend.depth and self._pump_later():
+                return
+
+    def _pump_later(self) -> bool:
+        """Schedules the rest of the pump for the next event-loop turn; False where no loop runs (unit tests)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        loop.call_soon(self._pump_backlog)
+        return True
 
     def start(self) -> None:
         self.started = True

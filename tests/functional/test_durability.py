@@ -121,3 +121,17 @@ async def test_a_corrupt_segment_is_set_aside_and_the_rest_served(tmp_path: Path
         nsqd.stop()
     assert any("renaming it" in line for line in nsqd.log_lines)
     assert os.path.exists(tmp_path / "nsqd.dat")
+
+
+async def test_a_large_topic_backlog_on_disk_reaches_a_new_channel(tmp_path: Path) -> None:
+    nsqd = start_nsqd(*FAST_SCAN, "--mem-queue-size=100", data_path=tmp_path)
+    try:
+        producer = await WireClient.connect(nsqd.tcp_address)
+        for batch in range(10):
+            producer.send(encode_mpub(b"big", [b"%d" % (batch * 1000 + i) for i in range(1000)]))
+            assert await producer.read_frame() == Frame(FRAME_TYPE_RESPONSE, b"OK")
+        await producer.close()
+        received = await consume_all(nsqd, "big", 10_000)  # the channel is created by this SUB
+        assert sorted(map(int, received)) == list(range(10_000))
+    finally:
+        nsqd.stop()
