@@ -65,10 +65,18 @@ class NSQDProcess:
 
 def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15) -> NSQDProcess:
     """``nsqd`` on 127.0.0.1 with ports chosen by the kernel; ``args`` are extra flags."""
-    command = [sys.executable, "-m", "services.nsqd", "--tcp-address=127.0.0.1:0",
+    extra = [f"--data-path={data_path}"] if data_path is not None else []
+    return _start("services.nsqd", [*args, *extra], timeout)
+
+
+def start_lookupd(*args: str, timeout: float = 15) -> NSQDProcess:
+    """``nsqlookupd`` on 127.0.0.1 with ports chosen by the kernel; ``args`` are extra flags."""
+    return _start("services.lookupd", list(args), timeout)
+
+
+def _start(module: str, args: list[str], timeout: float) -> NSQDProcess:
+    command = [sys.executable, "-m", module, "--tcp-address=127.0.0.1:0",
                "--http-address=127.0.0.1:0", "--broadcast-address=127.0.0.1", *args]
-    if data_path is not None:
-        command.append(f"--data-path={data_path}")
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     ports: dict[str, int] = {}
@@ -86,5 +94,5 @@ def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15) -
     if len(ports) < 2:
         process.kill()
         process.wait()
-        raise RuntimeError("nsqd did not start:\n" + "\n".join(lines))
+        raise RuntimeError(f"{module} did not start:\n" + "\n".join(lines))
     return NSQDProcess(process, ports["TCP"], ports["HTTP"], lines)

@@ -1,1 +1,1 @@
-"""nsqlookupd: the discovery service (TCP 4160, HTTP 4161). Not built yet."""
+"""nsqlookupd: discovery. nsqd registers over TCP (4160), producers and consumers look up over HTTP (4161)."""

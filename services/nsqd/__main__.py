@@ -9,6 +9,7 @@ import signal
 import sys
 
 from shared.flags import FlagError, HelpRequested, parse_command_line, usage
+from shared.event_loop import install_uvloop
 from shared.log_format import configure
 
 from .metadata import MetadataError
@@ -52,20 +53,12 @@ def main(argv: list[str] | None = None) -> None:
     # queued messages are tuples the collector soon stops tracking; fewer young collections keep
     # publishing fast without letting garbage grow
     gc.set_threshold(50_000, 20, 20)
-    _install_uvloop()
+    install_uvloop()
     try:
         asyncio.run(serve(opts))
     except (OSError, MetadataError) as error:
         log.critical("failed to start - %s", error)
         sys.exit(1)
-
-
-def _install_uvloop() -> None:
-    try:
-        import uvloop
-    except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 if __name__ == "__main__":

@@ -1,8 +1,6 @@
-"""/metrics: Prometheus text on the instance's own registry, read from nsqd's counters at scrape time.
+"""nsqd's Prometheus metrics, read from its counters at scrape time (see shared/metrics.py).
 
 Nothing is counted per message for Prometheus; the collector walks topics and channels only when scraped.
-prometheus_client is imported at the first scrape: it pulls in http.server and email (about 1.5 MB), which an
-nsqd that is never scraped need not carry.
 """
 
 from __future__ import annotations
@@ -10,26 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
     from prometheus_client.core import Metric
 
     from .nsqd import NSQD
-
-
-class Metrics:
-    def __init__(self, nsqd: NSQD) -> None:
-        self._nsqd = nsqd
-        self._registry: CollectorRegistry | None = None
-
-    def render(self) -> tuple[bytes, str]:
-        """The exposition text and its content type."""
-        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
-
-        if self._registry is None:
-            self._registry = CollectorRegistry()
-            self._registry.register(NSQDCollector(self._nsqd))
-            ProcessCollector(registry=self._registry)
-        return generate_latest(self._registry), CONTENT_TYPE_LATEST
 
 
 class NSQDCollector:

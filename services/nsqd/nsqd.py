@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from shared.addresses import join_host_port, listening_socket
+from shared.metrics import PrometheusEndpoint
 
 from .channel import Channel
 from . import identify, metadata
@@ -25,7 +26,7 @@ from .client import Client
 from .http_api import build_app
 from .disk_queue import Storage
 from .metadata import DataPathLock
-from .metrics import Metrics
+from .metrics import NSQDCollector
 from .options import Options
 from .protocol_v2 import ConnectionV2
 from .queue_scan import QueueScanner
@@ -47,7 +48,7 @@ class NSQD:
         self.topics: dict[str, Topic] = {}
         self.connections: set[ConnectionV2] = set()
         self.client_defaults = identify.defaults(opts)
-        self.metrics = Metrics(self)
+        self.metrics = PrometheusEndpoint(NSQDCollector(self))
         self.gc_pauses = GCPauses()
         self.tcp_address: tuple[str, int] = ("", 0)
         self.http_address: tuple[str, int] = ("", 0)

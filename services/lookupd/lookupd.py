@@ -1,0 +1,91 @@
+"""NSQLookupd: one discovery instance. ``await start()`` binds TCP (nsqd registrations) and HTTP (lookups),
+``await stop()`` closes them. State is in memory only: nsqd re-registers everything when it reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Iterator
+
+from aiohttp import web
+
+from shared.addresses import join_host_port, listening_socket
+from shared.metrics import PrometheusEndpoint
+
+from .http_api import build_app
+from .options import Options
+from .protocol_v1 import ConnectionV1
+from .registration_db import Registration, RegistrationDB
+
+log = logging.getLogger("nsqlookupd")
+
+VERSION = "1.3.0"
+
+
+class NSQLookupd:
+    def __init__(self, opts: Options) -> None:
+        opts.validate()
+        self.opts = opts
+        self.version = VERSION
+        self.hostname = socket.gethostname()
+        self.db = RegistrationDB()
+        self.metrics = PrometheusEndpoint(LookupdCollector(self))
+        self.tcp_address: tuple[str, int] = ("", 0)
+        self.http_address: tuple[str, int] = ("", 0)
+        self._tcp_server: asyncio.AbstractServer | None = None
+        self._http_runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        tcp_socket = listening_socket(self.opts.tcp_address)
+        self.tcp_address = tcp_socket.getsockname()[:2]
+        loop = asyncio.get_running_loop()
+        self._tcp_server = await loop.create_server(lambda: ConnectionV1(self), sock=tcp_socket)
+        log.info("TCP: listening on %s", join_host_port(*self.tcp_address))
+        http_socket = listening_socket(self.opts.http_address)
+        self.http_address = http_socket.getsockname()[:2]
+        self._http_runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
+        await self._http_runner.setup()
+        await web.SockSite(self._http_runner, http_socket).start()
+        log.info("HTTP: listening on %s", join_host_port(*self.http_address))
+
+    async def stop(self) -> None:
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()
+        if self._tcp_server is not None:
+            await self._tcp_server.wait_closed()
+
+
+class LookupdCollector:
+    def __init__(self, lookupd: NSQLookupd) -> None:
+        self._lookupd = lookupd
+
+    def collect(self) -> Iterator[object]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        db = self._lookupd.db
+        counts = {"client": 0, "topic": 0, "channel": 0}
+        for registration in db.registrations:
+            counts[registration.category] = counts.get(registration.category, 0) + 1
+        for category, help_text in (("topic", "Topics registered"), ("channel", "Channels registered")):
+            family = GaugeMetricFamily(f"nsqlookupd_{category}s", help_text)
+            family.add_metric([], counts[category])
+            yield family
+        producers = GaugeMetricFamily("nsqlookupd_producers", "nsqd nodes identified")
+        producers.add_metric([], len(db.registrations.get(Registration("client", "", ""), {})))
+        yield producers
+        registrations = GaugeMetricFamily("nsqlookupd_registrations", "Producer registrations by category",
+                                          labels=["category"])
+        for category in ("client", "topic", "channel"):
+            registrations.add_metric([category], sum(len(p) for r, p in db.registrations.items()
+                                                     if r.category == category))
+        yield registrations

@@ -1,0 +1,30 @@
+"""/metrics for one service instance: its own Prometheus registry (never the global one, so two instances can
+share a process), holding one collector that reads the instance's state at scrape time.
+
+prometheus_client is imported at the first scrape: it pulls in http.server and email (about 1.5 MB), which an
+instance that is never scraped need not carry.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+
+class PrometheusEndpoint:
+    def __init__(self, collector: Any) -> None:
+        """``collector`` has prometheus_client's ``collect()`` (yielding metric families)."""
+        self._collector = collector
+        self._registry: CollectorRegistry | None = None
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type."""
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
+
+        if self._registry is None:
+            self._registry = CollectorRegistry()
+            self._registry.register(self._collector)
+            ProcessCollector(registry=self._registry)
+        return generate_latest(self._registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,68 @@
+"""lookupd's TCP protocol V1, parsed from bytes without I/O: what nsqd sends to register its topics.
+
+After the magic ``"  V1"`` a client sends lines (trimmed of surrounding whitespace, split on spaces); IDENTIFY is
+followed by ``[int32 size][JSON]``. lookupd answers every command with ``[int32 size][data]``, with no frame type
+(an error is ``E_CODE description`` and closes the connection: every V1 error is fatal).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .commands import MAX_LINE_LENGTH, Command
+from .errors import FatalClientError
+
+MAGIC_V1 = b"  V1"
+# lookupd has no --max-body-size; an IDENTIFY body is a few hundred bytes
+MAX_IDENTIFY_BODY = 1 << 20
+
+_SIZE = struct.Struct(">i")
+_new = tuple.__new__
+
+
+def encode_response(data: bytes) -> bytes:
+    return _SIZE.pack(len(data)) + data
+
+
+class LookupCommandParser:
+    """Bytes in, ``Command`` values out; stops at the first command that carries an error."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._stopped = False
+
+    def feed(self, data: bytes) -> list[Command]:
+        if self._stopped:
+            return []
+        data = self._pending + data
+        commands: list[Command] = []
+        pos = 0
+        while not self._stopped:
+            newline = data.find(b"\n", pos, pos + MAX_LINE_LENGTH)
+            if newline < 0:
+                if len(data) - pos >= MAX_LINE_LENGTH:
+                    self._stop(commands, b"", [], "E_INVALID", f"command line exceeds {MAX_LINE_LENGTH} bytes")
+                break
+            args = data[pos:newline].strip().split(b" ")
+            name = args.pop(0)
+            if name != b"IDENTIFY":
+                commands.append(_new(Command, (name, args, b"", None, None)))
+                pos = newline + 1
+                continue
+            body_at = newline + 1
+            if len(data) - body_at < 4:
+                break
+            (size,) = _SIZE.unpack_from(data, body_at)
+            if not 0 < size <= MAX_IDENTIFY_BODY:
+                self._stop(commands, name, args, "E_BAD_BODY", f"IDENTIFY invalid body size {size}")
+                break
+            if len(data) - body_at - 4 < size:
+                break
+            commands.append(_new(Command, (name, args, data[body_at + 4:body_at + 4 + size], None, None)))
+            pos = body_at + 4 + size
+        self._pending = data[pos:] if not self._stopped else b""
+        return commands
+
+    def _stop(self, commands: list[Command], name: bytes, args: list[bytes], code: str, text: str) -> None:
+        commands.append(_new(Command, (name, args, b"", None, FatalClientError(code, text))))
+        self._stopped = True

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from services.lookupd.registration_db import PeerInfo, Registration, RegistrationDB, active
+
+
+def peer(n: int, last_update: float = 100.0) -> PeerInfo:
+    return PeerInfo(f"10.0.0.{n}:1", f"10.0.0.{n}:1", f"h{n}", f"10.0.0.{n}", 4150, 4151, "1.3.0",
+                    last_update=last_update)
+
+
+def test_registrations_and_wildcards() -> None:
+    db = RegistrationDB()
+    a, b = peer(1), peer(2)
+    assert db.add_producer(Registration("topic", "t", ""), a)
+    assert not db.add_producer(Registration("topic", "t", ""), a)
+    db.add_producer(Registration("channel", "t", "c1"), a)
+    db.add_producer(Registration("channel", "t", "c2"), b)
+    assert sorted(r.subkey for r in db.find_registrations("channel", "t", "*")) == ["c1", "c2"]
+    assert {p.peer.id for p in db.find_producers("channel", "t", "*")} == {a.id, b.id}
+    assert sorted(db.lookup_registrations(a.id)) == [Registration("channel", "t", "c1"), Registration("topic", "t", "")]
+
+
+def test_removing_the_last_producer_keeps_durable_keys_and_drops_ephemeral_ones() -> None:
+    db = RegistrationDB()
+    a = peer(1)
+    durable, ephemeral = Registration("topic", "t", ""), Registration("channel", "t", "c#ephemeral")
+    db.add_producer(durable, a)
+    db.add_producer(ephemeral, a)
+    assert db.remove_producer(durable, a.id) == (True, 0)
+    assert db.remove_producer(ephemeral, a.id) == (True, 0)
+    assert durable in db.registrations and ephemeral not in db.registrations
+
+
+def test_active_filters_inactive_and_tombstoned_producers() -> None:
+    db = RegistrationDB()
+    fresh, stale = peer(1, last_update=100.0), peer(2, last_update=0.0)
+    key = Registration("topic", "t", "")
+    db.add_producer(key, fresh)
+    db.add_producer(key, stale)
+    producers = db.find_producers("topic", "t", "")
+    assert [p.peer.id for p in active(producers, 150.0, 60.0, 45.0)] == [fresh.id]
+    db.tombstone(key, "10.0.0.1:4151", now=150.0)
+    assert active(db.find_producers("topic", "t", ""), 160.0, 600.0, 45.0) == [
+        p for p in db.find_producers("topic", "t", "") if p.peer.id == stale.id]
+    assert fresh.id in [p.peer.id for p in active(db.find_producers("topic", "t", ""), 196.0, 600.0, 45.0)]
