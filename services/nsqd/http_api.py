@@ -241,20 +241,25 @@ async def config(request: web.Request) -> web.Response:
         body = await _read_at_most(request, nsqd.opts.max_msg_size + 1)
         if not body or len(body) > nsqd.opts.max_msg_size:
             raise HTTPError(413, "INVALID_VALUE")
-        _set_option(nsqd, name, body)
+        if name == "nsqlookupd_tcp_addresses":
+            await nsqd.set_lookupd_addresses(_addresses(body))
+        else:
+            _set_option(nsqd, name, body)
     return json_response(_option_value(nsqd, name))
 
 
+def _addresses(body: bytes) -> list[str]:
+    try:
+        addresses = json.loads(body)
+    except ValueError:
+        raise HTTPError(400, "INVALID_VALUE") from None
+    if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+        raise HTTPError(400, "INVALID_VALUE")
+    return addresses
+
+
 def _set_option(nsqd: NSQD, name: str, body: bytes) -> None:
-    if name == "nsqlookupd_tcp_addresses":
-        try:
-            addresses = json.loads(body)
-        except ValueError:
-            raise HTTPError(400, "INVALID_VALUE") from None
-        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
-            raise HTTPError(400, "INVALID_VALUE")
-        nsqd.opts.nsqlookupd_tcp_addresses = addresses
-    elif name == "log_level":
+    if name == "log_level":
         level = body.decode("utf-8", "replace").strip().lower()
         if level not in LOG_LEVELS:
             raise HTTPError(400, "INVALID_VALUE")

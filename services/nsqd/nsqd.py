@@ -25,7 +25,9 @@ from . import identify, metadata
 from .client import Client
 from .http_api import build_app
 from .disk_queue import Storage
+from .lookup_peer import LookupPeer, registrations
 from .metadata import DataPathLock
+from .version import VERSION
 from .metrics import NSQDCollector
 from .options import Options
 from .protocol_v2 import ConnectionV2
@@ -61,6 +63,7 @@ class NSQD:
         self.data_path = Path(opts.data_path or os.getcwd())
         self.storage = Storage(self.data_path, opts)
         self._sync_task: asyncio.Task[None] | None = None
+        self.lookup_peers: dict[str, LookupPeer] = {}
         # one thread for fsyncs: they never overlap, and stop() can wait for the one under way
         self._disk_sync = ThreadPoolExecutor(max_workers=1, thread_name_prefix="disk-sync")
         self._data_path_lock = DataPathLock(self.data_path)
@@ -91,6 +94,7 @@ class NSQD:
         if self.opts.http_address:
             await self._start_http()
         gc.callbacks.append(self.gc_pauses)
+        await self.set_lookupd_addresses(self.opts.nsqlookupd_tcp_addresses)
         self._scan_task = asyncio.create_task(self._scanner.run(), name="queue-scan")
 
     async def _start_http(self) -> None:
@@ -108,6 +112,8 @@ class NSQD:
             self._tcp_server.close()
         for connection in list(self.connections):
             connection.close()
+        for peer in self.lookup_peers.values():
+            await peer.stop()
         for topic in list(self.topics.values()):
             topic.close()
         for task in (self._scan_task, self._metadata_task, self._sync_task):
@@ -159,8 +165,7 @@ class NSQD:
             topic = Topic(name, self.opts, self.storage, self._channels_changed)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
-            if not topic.ephemeral:
-                self._metadata_changed.set()
+            self._topics_changed(topic)
         return topic
 
     def delete_topic(self, name: str) -> None:
@@ -168,14 +173,41 @@ class NSQD:
         if topic is not None:
             topic.delete()
             log.info("TOPIC(%s): deleted", name)
-            if not topic.ephemeral:
-                self._metadata_changed.set()
+            self._topics_changed(topic)
 
     def _channels_changed(self, topic: Topic) -> None:
         if topic.ephemeral and not topic.channels and not topic.exiting:
             self.delete_topic(topic.name)
-        elif not topic.ephemeral:
+        else:
+            self._topics_changed(topic)
+
+    def _topics_changed(self, topic: Topic) -> None:
+        """A topic or channel came or went: lookupds hear of every one, nsqd.dat of the durable ones."""
+        for peer in self.lookup_peers.values():
+            peer.changed()
+        if not topic.ephemeral:
             self._metadata_changed.set()
+
+    # -- lookupd ---------------------------------------------------------------------------------------------
+
+    async def set_lookupd_addresses(self, addresses: list[str]) -> None:
+        """Connects to the lookupds in ``addresses`` not yet known, and drops those no longer in it."""
+        self.opts.nsqlookupd_tcp_addresses = list(addresses)
+        for address in list(self.lookup_peers):
+            if address not in addresses:
+                await self.lookup_peers.pop(address).stop()
+        for address in addresses:
+            if address not in self.lookup_peers:
+                peer = LookupPeer(address, self._lookupd_identity, lambda: registrations(self.topics))
+                self.lookup_peers[address] = peer
+                peer.start()
+
+    def _lookupd_identity(self) -> dict[str, object]:
+        opts = self.opts
+        return {"version": VERSION, "tcp_port": opts.broadcast_tcp_port or self.tcp_address[1],
+                "http_port": opts.broadcast_http_port or self.http_address[1], "hostname": self.hostname,
+                "broadcast_address": opts.broadcast_address, "topology_zone": opts.topology_zone,
+                "topology_region": opts.topology_region}
 
     # -- metadata --------------------------------------------------------------------------------------------
 

@@ -1,0 +1,150 @@
+"""nsqd's side of discovery: one ``LookupPeer`` per ``--lookupd-tcp-address``.
+
+Each peer keeps a connection to its lookupd (magic ``"  V1"``, IDENTIFY with nsqd's broadcast address and ports),
+registers every topic and channel nsqd has, follows creations and deletions with REGISTER/UNREGISTER, and PINGs
+every 15 s. When the connection fails it reconnects with a growing delay and registers everything again, so a
+restarted lookupd learns the whole node back on its own.
+
+What to register is a set, ``{(topic, "")} | {(topic, channel)}``, recomputed from nsqd's topics whenever they
+change; a peer sends the difference between that and what it registered on its current connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+from typing import TYPE_CHECKING, Any, Callable
+
+from shared.addresses import split_host_port
+from shared.protocol.lookup_v1 import MAGIC_V1
+
+if TYPE_CHECKING:
+    from .topic import Topic
+
+log = logging.getLogger("nsqd")
+
+PING_INTERVAL = 15.0
+CONNECT_TIMEOUT = 3.0
+MAX_RECONNECT_DELAY = 15.0
+
+_SIZE = struct.Struct(">i")
+
+Registration = tuple[str, str]
+
+
+def registrations(topics: dict[str, Topic]) -> set[Registration]:
+    wanted: set[Registration] = set()
+    for topic in topics.values():
+        wanted.add((topic.name, ""))
+        wanted.update((topic.name, channel) for channel in topic.channels)
+    return wanted
+
+
+class LookupdError(Exception):
+    """lookupd answered with an error or closed the connection."""
+
+
+class LookupPeer:
+    def __init__(self, address: str, identity: Callable[[], dict[str, Any]],
+                 wanted: Callable[[], set[Registration]]) -> None:
+        self.address = address
+        self._identity = identity
+        self._wanted = wanted
+        self._changed = asyncio.Event()
+        self._registered: set[Registration] = set()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self.task: asyncio.Task[None] | None = None
+        # what the lookupd said of itself in IDENTIFY (broadcast_address, http_port, ...)
+        self.info: dict[str, Any] = {}
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name=f"lookupd {self.address}")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.wait({self.task})
+        self._close()
+
+    def changed(self) -> None:
+        """nsqd's topics or channels changed: send the difference soon."""
+        self._changed.set()
+
+    async def _run(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                await self._connect()
+                delay = 1.0
+                await self._serve()
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, LookupdError, ValueError) as error:
+                log.error("LOOKUPD(%s): %s - reconnecting in %.0fs", self.address, error or type(error).__name__,
+                          delay)
+            self._close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_RECONNECT_DELAY)
+
+    async def _connect(self) -> None:
+        host, port = split_host_port(self.address)
+        self._reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
+        self._writer = writer
+        writer.write(MAGIC_V1)
+        body = json.dumps(self._identity()).encode()
+        reply = await self._command(b"IDENTIFY\n" + _SIZE.pack(len(body)) + body)
+        self.info = json.loads(reply)
+        log.info("LOOKUPD(%s): peer info %s", self.address, self.info)
+        self._registered = set()
+
+    async def _serve(self) -> None:
+        assert self._reader is not None
+        while True:
+            await self._sync()
+            # lookupd sends nothing unasked, so a read that completes means it went away: reconnect at once
+            # instead of at the next PING
+            gone = asyncio.ensure_future(self._reader.read(1))
+            changed = asyncio.ensure_future(self._changed.wait())
+            done, pending = await asyncio.wait({gone, changed}, timeout=PING_INTERVAL,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            for future in pending:
+                future.cancel()
+            await asyncio.wait({gone, changed})
+            if gone in done:
+                error = gone.exception()
+                raise LookupdError(f"connection closed by lookupd{f' ({error})' if error else ''}")
+            if not done:
+                await self._command(b"PING\n")
+
+    async def _sync(self) -> None:
+        self._changed.clear()
+        wanted = self._wanted()
+        for topic, channel in sorted(wanted - self._registered):
+            await self._command(b"REGISTER " + _line(topic, channel))
+            self._registered.add((topic, channel))
+            log.info("LOOKUPD(%s): REGISTER %s %s", self.address, topic, channel)
+        for topic, channel in sorted(self._registered - wanted, key=lambda r: (r[0], r[1] == "")):
+            await self._command(b"UNREGISTER " + _line(topic, channel))
+            self._registered.discard((topic, channel))
+            log.info("LOOKUPD(%s): UNREGISTER %s %s", self.address, topic, channel)
+
+    async def _command(self, data: bytes) -> bytes:
+        assert self._reader is not None and self._writer is not None
+        self._writer.write(data)
+        await self._writer.drain()
+        header = await asyncio.wait_for(self._reader.readexactly(4), CONNECT_TIMEOUT)
+        (size,) = _SIZE.unpack(header)
+        reply = await asyncio.wait_for(self._reader.readexactly(size), CONNECT_TIMEOUT)
+        if reply.startswith(b"E_"):
+            raise LookupdError(reply.decode("utf-8", "replace"))
+        return reply
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+
+def _line(topic: str, channel: str) -> bytes:
+    return (f"{topic} {channel}" if channel else topic).encode() + b"\n"

@@ -1,0 +1,102 @@
+"""nsqd and nsqlookupd together, as real processes: registration, propagation, reconnection."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import FAST_SCAN
+from tests.processes import NSQDProcess, start_lookupd, start_nsqd
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.05)
+
+
+def lookup(lookupd: NSQDProcess, topic: str) -> dict[str, Any] | None:
+    status, _, body = lookupd.http("GET", f"/lookup?topic={topic}")
+    return json.loads(body) if status == 200 else None
+
+
+def producer_ports(lookupd: NSQDProcess, topic: str) -> set[int]:
+    found = lookup(lookupd, topic)
+    return {p["tcp_port"] for p in found["producers"]} if found else set()
+
+
+def test_two_nsqd_register_with_two_lookupds(tmp_path: Path) -> None:
+    lookupds = [start_lookupd(), start_lookupd()]
+    flags = [f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}" for lookupd in lookupds]
+    nsqds = [start_nsqd(*FAST_SCAN, *flags, data_path=tmp_path / name) for name in ("a", "b")
+             if (tmp_path / name).mkdir() is None]
+    try:
+        started = time.monotonic()
+        assert nsqds[0].http("POST", "/pub?topic=t", b"x")[0] == 200
+        assert nsqds[1].http("POST", "/channel/create?topic=t&channel=c")[0] == 404  # no topic there yet
+        assert nsqds[1].http("POST", "/topic/create?topic=t")[0] == 200
+        assert nsqds[1].http("POST", "/channel/create?topic=t&channel=c")[0] == 200
+        both = {nsqd.tcp_port for nsqd in nsqds}
+        for lookupd in lookupds:
+            assert wait_for(lambda: producer_ports(lookupd, "t") == both, 1.0)
+            assert wait_for(lambda: lookup(lookupd, "t")["channels"] == ["c"], 1.0)  # type: ignore[index]
+            nodes = json.loads(lookupd.http("GET", "/nodes")[2])["producers"]
+            assert {node["tcp_port"] for node in nodes} == both
+            assert all(node["broadcast_address"] == "127.0.0.1" and node["topics"] == ["t"] for node in nodes)
+        assert time.monotonic() - started < 3
+
+        assert nsqds[0].http("POST", "/topic/delete?topic=t")[0] == 200
+        for lookupd in lookupds:
+            assert wait_for(lambda: producer_ports(lookupd, "t") == {nsqds[1].tcp_port}, 1.0)
+
+        nsqds[1].process.send_signal(signal.SIGKILL)
+        for lookupd in lookupds:
+            assert wait_for(lambda: producer_ports(lookupd, "t") == set(), 2.0)
+        nsqds[1].stop()
+        restarted = start_nsqd(*FAST_SCAN, *flags, data_path=tmp_path / "b")
+        nsqds[1] = restarted
+        for lookupd in lookupds:  # back with its topics, from its metadata
+            assert wait_for(lambda: producer_ports(lookupd, "t") == {restarted.tcp_port}, 3.0)
+    finally:
+        for process in [*nsqds, *lookupds]:
+            process.stop()
+
+
+def test_a_restarted_lookupd_gets_everything_registered_again(tmp_path: Path) -> None:
+    lookupd = start_lookupd()
+    port = lookupd.tcp_port
+    nsqd = start_nsqd(*FAST_SCAN, f"--lookupd-tcp-address=127.0.0.1:{port}", data_path=tmp_path)
+    try:
+        nsqd.http("POST", "/topic/create?topic=kept")
+        nsqd.http("POST", "/channel/create?topic=kept&channel=c")
+        assert wait_for(lambda: producer_ports(lookupd, "kept") == {nsqd.tcp_port})
+        lookupd.stop()
+        lookupd = start_lookupd(f"--tcp-address=127.0.0.1:{port}")  # same port, empty memory
+        assert wait_for(lambda: producer_ports(lookupd, "kept") == {nsqd.tcp_port}, 8.0)
+        assert lookup(lookupd, "kept")["channels"] == ["c"]  # type: ignore[index]
+    finally:
+        nsqd.stop()
+        lookupd.stop()
+
+
+def test_lookupd_addresses_change_at_runtime(tmp_path: Path) -> None:
+    lookupd = start_lookupd()
+    nsqd = start_nsqd(*FAST_SCAN, data_path=tmp_path)
+    try:
+        nsqd.http("POST", "/topic/create?topic=t")
+        assert lookup(lookupd, "t") is None
+        address = json.dumps([f"127.0.0.1:{lookupd.tcp_port}"]).encode()
+        assert nsqd.http("PUT", "/config/nsqlookupd_tcp_addresses", address)[0] == 200
+        assert wait_for(lambda: producer_ports(lookupd, "t") == {nsqd.tcp_port})
+        assert nsqd.http("PUT", "/config/nsqlookupd_tcp_addresses", b"[]")[0] == 200
+        assert wait_for(lambda: producer_ports(lookupd, "t") == set())
+    finally:
+        nsqd.stop()
+        lookupd.stop()
