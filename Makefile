@@ -13,9 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,fast]'
 	touch $(STAMP)
 
-## start one nsqd on 4150 (TCP) / 4151 (HTTP) in the foreground
+## start the cluster in the foreground: nsqlookupd on 4160/4161, nsqd on 4150/4151 and 4250/4251 (Ctrl-C stops it)
 up: $(STAMP)
-	$(BIN)/nsqd --data-path=$(or $(DATA_PATH),.) $(ARGS)
+	$(BIN)/python deploy/run_local.py $(if $(DATA_PATH),--data-path=$(DATA_PATH)) $(ARGS)
 
 ## run every test: type checks, unit tests, functional tests against real processes
 test: $(STAMP) typecheck

@@ -1,0 +1,62 @@
+"""`make up`, the README's first command, as a user runs it: the cluster comes up, works, and Ctrl-C stops it all."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.processes import ROOT
+
+OFFSET = 20000  # away from a cluster the developer may be running on the default ports
+
+
+def http(port: int, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST" if body else "GET")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return response.status, response.read()
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+    make = subprocess.Popen(["make", "-s", "up", f"ARGS=--port-offset={OFFSET}", f"DATA_PATH={tmp_path}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    ports = [4160 + OFFSET, 4161 + OFFSET, 4150 + OFFSET, 4151 + OFFSET, 4250 + OFFSET, 4251 + OFFSET]
+    output: list[str] = []
+    try:
+        assert make.stdout is not None
+        deadline = time.monotonic() + 60
+        for line in make.stdout:
+            output.append(line)
+            if line.startswith("cluster up") or time.monotonic() > deadline:
+                break
+        assert output and output[-1].startswith("cluster up"), "".join(output)
+        for port in (4161 + OFFSET, 4151 + OFFSET, 4251 + OFFSET):
+            assert http(port, "/ping") == (200, b"OK")
+        assert http(4151 + OFFSET, "/pub?topic=hello", b"world")[0] == 200
+        deadline = time.monotonic() + 5
+        producers: list[dict[str, object]] = []
+        while not producers and time.monotonic() < deadline:
+            try:
+                producers = json.loads(http(4161 + OFFSET, "/lookup?topic=hello")[1])["producers"]
+            except urllib.error.HTTPError:
+                time.sleep(0.1)
+        assert [p["tcp_port"] for p in producers] == [4150 + OFFSET]
+        assert {p["broadcast_address"] for p in producers} == {"127.0.0.1"}
+    finally:
+        os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        make.wait(30)
+        assert make.stdout is not None
+        make.stdout.close()
+    assert not any(listening(port) for port in ports), "a service is still running"
+    assert (tmp_path / f"nsqd-{4150 + OFFSET}" / "nsqd.dat").exists()
