@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from shared.http_api import (HTTPError, empty_response, json_response, nsq_errors, redirect_fixed_paths)
+from shared.http_api import HTTPError, Handler, empty_response, json_response, nsq_errors, redirect_fixed_paths
 from shared.names import is_valid_channel_name, is_valid_topic_name
 
 from .registration_db import Registration, active
@@ -21,8 +21,18 @@ log = logging.getLogger("nsqlookupd")
 LOOKUPD_KEY: web.AppKey[NSQLookupd] = web.AppKey("nsqlookupd")
 
 
+@web.middleware
+async def count_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
+    response = await handler(request)
+    route = request.match_info.route.resource
+    path = route.canonical if route is not None else "other"
+    counts = _lookupd(request).request_counts
+    counts[(path, response.status)] = counts.get((path, response.status), 0) + 1
+    return response
+
+
 def build_app(lookupd: NSQLookupd) -> web.Application:
-    app = web.Application(middlewares=[nsq_errors(log), redirect_fixed_paths])
+    app = web.Application(middlewares=[count_requests, nsq_errors(log), redirect_fixed_paths])
     app[LOOKUPD_KEY] = lookupd
     for path, handler in (("/ping", ping), ("/info", info), ("/lookup", lookup), ("/topics", topics),
                           ("/channels", channels), ("/nodes", nodes), ("/debug", debug), ("/metrics", metrics)):

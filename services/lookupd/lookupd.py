@@ -30,6 +30,8 @@ class NSQLookupd:
         self.version = VERSION
         self.hostname = socket.gethostname()
         self.db = RegistrationDB()
+        # HTTP requests answered, by route and status, for /metrics
+        self.request_counts: dict[tuple[str, int], int] = {}
         self.metrics = PrometheusEndpoint(LookupdCollector(self))
         self.tcp_address: tuple[str, int] = ("", 0)
         self.http_address: tuple[str, int] = ("", 0)
@@ -89,3 +91,10 @@ class LookupdCollector:
             registrations.add_metric([category], sum(len(p) for r, p in db.registrations.items()
                                                      if r.category == category))
         yield registrations
+        from prometheus_client.core import CounterMetricFamily
+
+        requests = CounterMetricFamily("nsqlookupd_http_requests", "HTTP requests answered",
+                                       labels=["path", "status"])
+        for (path, status), count in sorted(self._lookupd.request_counts.items()):
+            requests.add_metric([path, str(status)], count)
+        yield requests

@@ -148,3 +148,21 @@ class LookupPeer:
 
 def _line(topic: str, channel: str) -> bytes:
     return (f"{topic} {channel}" if channel else topic).encode() + b"\n"
+
+
+async def channels_in_cluster(addresses: list[str], topic: str, connect_timeout: float,
+                              request_timeout: float) -> set[str]:
+    """The channels the lookupds at ``addresses`` (HTTP ``host:port``) know for ``topic``; a lookupd that does not
+    answer is logged and left out."""
+    from aiohttp import ClientError, ClientSession, ClientTimeout
+
+    found: set[str] = set()
+    timeout = ClientTimeout(total=request_timeout, connect=connect_timeout)
+    async with ClientSession(timeout=timeout) as session:
+        for address in addresses:
+            try:
+                async with session.get(f"http://{address}/channels", params={"topic": topic}) as response:
+                    found.update((await response.json(content_type=None)).get("channels") or [])
+            except (ClientError, asyncio.TimeoutError, ValueError, AttributeError) as error:
+                log.error("LOOKUPD(%s): failed to get channels of topic %s - %s", address, topic, error)
+    return found

@@ -19,13 +19,14 @@ from aiohttp import web
 
 from shared.addresses import join_host_port, listening_socket
 from shared.metrics import PrometheusEndpoint
+from shared.names import is_ephemeral, is_valid_channel_name
 
 from .channel import Channel
 from . import identify, metadata
 from .client import Client
 from .http_api import build_app
 from .disk_queue import Storage
-from .lookup_peer import LookupPeer, registrations
+from .lookup_peer import LookupPeer, channels_in_cluster, registrations
 from .metadata import DataPathLock
 from .version import VERSION
 from .metrics import NSQDCollector
@@ -64,6 +65,7 @@ class NSQD:
         self.storage = Storage(self.data_path, opts)
         self._sync_task: asyncio.Task[None] | None = None
         self.lookup_peers: dict[str, LookupPeer] = {}
+        self._topic_starts: set[asyncio.Task[None]] = set()
         # one thread for fsyncs: they never overlap, and stop() can wait for the one under way
         self._disk_sync = ThreadPoolExecutor(max_workers=1, thread_name_prefix="disk-sync")
         self._data_path_lock = DataPathLock(self.data_path)
@@ -116,10 +118,10 @@ class NSQD:
             await peer.stop()
         for topic in list(self.topics.values()):
             topic.close()
-        for task in (self._scan_task, self._metadata_task, self._sync_task):
-            if task is not None:
-                task.cancel()
-                await asyncio.wait({task})
+        tasks = [*self._topic_starts, self._scan_task, self._metadata_task, self._sync_task]
+        for task in filter(None, tasks):
+            task.cancel()
+            await asyncio.wait({task})
         self._disk_sync.shutdown(wait=True)
         for topic in self.topics.values():
             topic.flush_to_disk()
@@ -165,8 +167,30 @@ class NSQD:
             topic = Topic(name, self.opts, self.storage, self._channels_changed)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
+            lookupds = self._lookupd_http_addresses()
+            if lookupds and not topic.ephemeral:
+                # as NSQ does: the channels the cluster has for this topic exist before any message moves, so
+                # the first consumer's channel does not take what the others should get too
+                topic.started = False
+                task = asyncio.create_task(self._start_with_cluster_channels(topic, lookupds))
+                self._topic_starts.add(task)
+                task.add_done_callback(self._topic_starts.discard)
             self._topics_changed(topic)
         return topic
+
+    async def _start_with_cluster_channels(self, topic: Topic, lookupds: list[str]) -> None:
+        try:
+            names = await channels_in_cluster(lookupds, topic.name, self.opts.http_client_connect_timeout,
+                                              self.opts.http_client_request_timeout)
+            for name in sorted(names):
+                if is_valid_channel_name(name) and not is_ephemeral(name) and not topic.exiting:
+                    topic.get_channel(name)
+        finally:
+            topic.start()
+
+    def _lookupd_http_addresses(self) -> list[str]:
+        return [join_host_port(peer.info["broadcast_address"], peer.info["http_port"])
+                for peer in self.lookup_peers.values() if peer.info.get("broadcast_address")]
 
     def delete_topic(self, name: str) -> None:
         topic = self.topics.pop(name, None)

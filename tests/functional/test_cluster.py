@@ -100,3 +100,20 @@ def test_lookupd_addresses_change_at_runtime(tmp_path: Path) -> None:
     finally:
         nsqd.stop()
         lookupd.stop()
+
+
+def test_a_new_topic_gets_the_channels_the_cluster_knows_before_messages_move(tmp_path: Path) -> None:
+    lookupd = start_lookupd()
+    nsqd = start_nsqd(*FAST_SCAN, f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", data_path=tmp_path)
+    try:
+        for channel in ("archive", "realtime"):
+            assert lookupd.http("POST", f"/channel/create?topic=orders&channel={channel}")[0] == 200
+        assert wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"])  # nsqd identified
+        assert nsqd.http("POST", "/pub?topic=orders", b"first")[0] == 200
+        def channels() -> dict[str, int]:
+            topics = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"]
+            return {c["channel_name"]: c["depth"] for c in topics[0]["channels"]} if topics else {}
+        assert wait_for(lambda: channels() == {"archive": 1, "realtime": 1})
+    finally:
+        nsqd.stop()
+        lookupd.stop()

@@ -222,3 +222,21 @@ def test_version_and_drop_in_flags() -> None:
     result = subprocess.run([sys.executable, "-m", "services.lookupd", "-version"], cwd=ROOT, capture_output=True,
                             text=True, timeout=30)
     assert result.stdout.startswith("nsqlookupd v1.3.0 (built w/python3.11")
+
+
+def test_metrics(lookupd: NSQDProcess) -> None:
+    nsqd = V1Client(lookupd)
+    nsqd.identify()
+    nsqd.command(b"REGISTER t c")
+    get(lookupd, "/lookup?topic=t")
+    get(lookupd, "/lookup?topic=missing")
+    status, _, body = lookupd.http("GET", "/metrics")
+    text = body.decode()
+    assert status == 200
+    for line in ("nsqlookupd_topics 1.0", "nsqlookupd_channels 1.0", "nsqlookupd_producers 1.0",
+                 'nsqlookupd_registrations{category="topic"} 1.0',
+                 'nsqlookupd_http_requests_total{path="/lookup",status="200"} 1.0',
+                 'nsqlookupd_http_requests_total{path="/lookup",status="404"} 1.0'):
+        assert line in text, line
+    assert "process_resident_memory_bytes" in text
+    nsqd.close()
