@@ -15,8 +15,8 @@ import multiprocessing
 import os
 import tempfile
 import time
-from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any, Callable
 
 from bench import load, sinks

@@ -6,8 +6,17 @@ import asyncio
 import json
 from typing import Any
 
-from shared.protocol.frames import (FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE, HEARTBEAT, MAGIC_V2, Frame,
-                                    FrameDecoder, Message, decode_message, encode_command)
+from shared.protocol.frames import (
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    HEARTBEAT,
+    MAGIC_V2,
+    Frame,
+    FrameDecoder,
+    Message,
+    decode_message,
+    encode_command,
+)
 
 
 class WireClient:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from shared.http_api import HTTPError, Handler, empty_response, json_response, nsq_errors, redirect_fixed_paths
+from shared.http_api import Handler, HTTPError, empty_response, json_response, nsq_errors, redirect_fixed_paths
 from shared.names import is_valid_channel_name, is_valid_topic_name
 
 from .registration_db import Registration, active

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from shared.addresses import join_host_port, listening_socket
 from shared.metrics import PrometheusEndpoint
+from shared.version import VERSION
 
 from .http_api import build_app
 from .options import Options
@@ -19,9 +20,6 @@ from .protocol_v1 import ConnectionV1
 from .registration_db import Registration, RegistrationDB
 
 log = logging.getLogger("nsqlookupd")
-
-VERSION = "1.3.0"
-
 
 class NSQLookupd:
     def __init__(self, opts: Options) -> None:

@@ -5,18 +5,13 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from shared.flags import FlagError, option
-
-LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
+from shared.flags import option
+from shared.program import ProgramOptions
 
 
 @dataclass
-class Options:
-    version: bool = option(False, "print version string")
-    config: str = option("", "path to config file")
-    log_level: str = option("info", "set log verbosity: debug, info, warn, error, or fatal")
+class Options(ProgramOptions):
     log_prefix: str = option("[nsqlookupd] ", "log message prefix")
-    verbose: bool = option(False, "[deprecated] has no effect, use --log-level")
     tcp_address: str = option("0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients")
     http_address: str = option("0.0.0.0:4161", "<addr>:<port> to listen on for HTTP clients")
     broadcast_address: str = option(socket.gethostname(), "address of this lookupd node, (default to the OS "
@@ -25,7 +20,3 @@ class Options:
                                                      "since its last ping", kind="duration")
     tombstone_lifetime: float = option(45.0, "duration of time a producer will remain tombstoned if registration "
                                              "remains", kind="duration")
-
-    def validate(self) -> None:
-        if self.log_level.lower() not in LOG_LEVELS:
-            raise FlagError(f"--log-level: invalid log level {self.log_level!r}")

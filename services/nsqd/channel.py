@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from shared.names import is_ephemeral
 

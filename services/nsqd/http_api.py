@@ -12,17 +12,24 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from shared.flags import flag_specs
-from shared.http_api import (HTTPError, empty_response, json_response, nsq_errors, parse_bool, redirect_fixed_paths,
-                             text_response)
+from shared.http_api import (
+    HTTPError,
+    empty_response,
+    json_response,
+    nsq_errors,
+    parse_bool,
+    redirect_fixed_paths,
+    text_response,
+)
 from shared.log_format import level_number
 from shared.names import is_valid_channel_name, is_valid_topic_name
+from shared.program import LOG_LEVELS
 from shared.protocol.commands import split_mpub
 from shared.protocol.errors import FatalClientError
+from shared.version import VERSION
 
 from . import stats
-from .options import LOG_LEVELS
 from .topic import Topic, TopicError
-from .version import VERSION
 
 if TYPE_CHECKING:
     from .nsqd import NSQD

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shared.protocol.errors import FatalClientError
+from shared.version import VERSION
 
 from .client import ClientDefaults
 from .options import Options
-from .version import VERSION
 
 
 @dataclass

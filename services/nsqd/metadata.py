@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shared.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
-
-from .version import VERSION
+from shared.version import VERSION
 
 if TYPE_CHECKING:
     from .topic import Topic

@@ -10,8 +10,8 @@ import itertools
 import logging
 import os
 import socket
-from concurrent.futures import ThreadPoolExecutor
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,15 +20,15 @@ from aiohttp import web
 from shared.addresses import join_host_port, listening_socket
 from shared.metrics import PrometheusEndpoint
 from shared.names import is_ephemeral, is_valid_channel_name
+from shared.version import VERSION
 
-from .channel import Channel
 from . import identify, metadata
+from .channel import Channel
 from .client import Client
-from .http_api import build_app
 from .disk_queue import Storage
+from .http_api import build_app
 from .lookup_peer import LookupPeer, channels_in_cluster, registrations
 from .metadata import DataPathLock
-from .version import VERSION
 from .metrics import NSQDCollector
 from .options import Options
 from .protocol_v2 import ConnectionV2

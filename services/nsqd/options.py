@@ -8,6 +8,7 @@ import zlib
 from dataclasses import dataclass
 
 from shared.flags import FlagError, option
+from shared.program import ProgramOptions
 
 
 def default_node_id() -> int:
@@ -15,16 +16,9 @@ def default_node_id() -> int:
     return zlib.crc32(hashlib.md5(socket.gethostname().encode()).digest()) % 1024
 
 
-LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
-
-
 @dataclass
-class Options:
-    version: bool = option(False, "print version string")
-    config: str = option("", "path to config file")
-    log_level: str = option("info", "set log verbosity: debug, info, warn, error, or fatal")
+class Options(ProgramOptions):
     log_prefix: str = option("[nsqd] ", "log message prefix")
-    verbose: bool = option(False, "[deprecated] has no effect, use --log-level")
 
     node_id: int = option(default_node_id(), "unique part for message IDs, (int) in range [0,1024)", cfg="id")
     worker_id: int = option(0, "[deprecated] use --node-id")
@@ -109,12 +103,11 @@ class Options:
 
     def validate(self) -> None:
         """Raises FlagError naming the flag at fault."""
+        super().validate()
         if not 0 <= self.node_id < 1024:
             raise FlagError(f"--node-id {self.node_id} must be >= 0 and < 1024")
         if not 1 <= self.max_deflate_level <= 9:
             raise FlagError("--max-deflate-level must be in [1,9]")
-        if self.log_level.lower() not in LOG_LEVELS:
-            raise FlagError(f"--log-level: invalid log level {self.log_level!r}")
         if self.auth_http_request_method not in ("get", "post"):
             raise FlagError("--auth-http-request-method must be 'get' or 'post'")
         for quantile in self.e2e_processing_latency_percentiles:

@@ -16,8 +16,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from shared.flags import format_duration
-
-from .version import VERSION, version_line
+from shared.version import VERSION, version_line
 
 if TYPE_CHECKING:
     from .nsqd import NSQD

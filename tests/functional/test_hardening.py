@@ -15,8 +15,7 @@ from services.nsqd.__main__ import main as nsqd_main
 from services.nsqd.nsqd import NSQD
 from services.nsqd.options import Options
 from shared.protocol.commands import FIN_RUN, CommandParser
-from shared.protocol.frames import (FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, encode_command,
-                                    encode_mpub)
+from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, encode_command, encode_mpub
 from tests.processes import NSQDProcess, start_nsqd
 from tests.wire import WireClient
 

@@ -70,7 +70,7 @@ async def test_queued_in_flight_and_deferred_messages_come_back_after_a_restart(
         nsqd.http("POST", "/topic/create?topic=t")
         nsqd.http("POST", "/channel/create?topic=t&channel=c")
         for i in range(5):
-            assert nsqd.http("POST", f"/pub?topic=t", b"queued %d" % i)[0] == 200
+            assert nsqd.http("POST", "/pub?topic=t", b"queued %d" % i)[0] == 200
         assert nsqd.http("POST", "/pub?topic=t&defer=60000", b"deferred")[0] == 200
         consumer = await WireClient.connect(nsqd.tcp_address)
         await consumer.subscribe("t", "c", rdy=2)

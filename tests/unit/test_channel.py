@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from services.nsqd.channel import Channel, ChannelError
 from services.nsqd.disk_queue import Storage
 from services.nsqd.message import ChannelEntry
 from tests.unit.nsqd_fixtures import make_client, options
-
-import pytest
 
 
 def entry(n: int) -> ChannelEntry:

@@ -7,7 +7,6 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from services.nsqd.e2e import DISABLED, RESERVOIR_SIZE, LatencyWindow, summarize
 

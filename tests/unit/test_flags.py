@@ -8,8 +8,17 @@ from pathlib import Path
 import pytest
 
 from services.nsqd.options import Options
-from shared.flags import (FlagError, FlagSpec, convert, flag_specs, format_duration, option, parse_command_line,
-                          parse_duration, usage)
+from shared.flags import (
+    FlagError,
+    FlagSpec,
+    convert,
+    flag_specs,
+    format_duration,
+    option,
+    parse_command_line,
+    parse_duration,
+    usage,
+)
 
 
 @dataclass

@@ -7,10 +7,25 @@ import struct
 import pytest
 
 from shared.protocol.commands import FIN_RUN, CommandParser
-from shared.protocol.frames import (CLOSE_WAIT, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE,
-                                    HEARTBEAT, MAGIC_V2, MESSAGE_HEADER_LENGTH, MSG_ID_LENGTH, OK, Frame,
-                                    FrameDecoder, Message, decode_message, encode_command, encode_frame,
-                                    encode_message_frame, encode_mpub)
+from shared.protocol.frames import (
+    CLOSE_WAIT,
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    HEARTBEAT,
+    MAGIC_V2,
+    MESSAGE_HEADER_LENGTH,
+    MSG_ID_LENGTH,
+    OK,
+    Frame,
+    FrameDecoder,
+    Message,
+    decode_message,
+    encode_command,
+    encode_frame,
+    encode_message_frame,
+    encode_mpub,
+)
 
 MSG_ID = b"0a1b2c3d4e5f6789"
 TIMESTAMP = 1_700_000_000_123_456_789

@@ -9,9 +9,8 @@ import pytest
 
 from services.nsqd.identify import Identity, negotiate, response
 from services.nsqd.options import Options
-from services.nsqd.version import VERSION
 from shared.protocol.errors import FatalClientError
-
+from shared.version import VERSION
 
 
 def identify(opts: Options | None = None, **fields: Any) -> Identity:

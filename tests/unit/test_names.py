@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from shared.names import (EPHEMERAL_SUFFIX, MAX_NAME_LENGTH, go_quote, is_ephemeral, is_valid_channel_name,
-                          is_valid_name, is_valid_topic_name)
+from shared.names import (
+    EPHEMERAL_SUFFIX,
+    MAX_NAME_LENGTH,
+    go_quote,
+    is_ephemeral,
+    is_valid_channel_name,
+    is_valid_name,
+    is_valid_topic_name,
+)
 
 VALID = [
     "a",

@@ -1,4 +1,4 @@
-"""The NSQ version this nsqd speaks and reports (clients and nsqadmin read it to know what to expect)."""
+"""The NSQ version the services speak and report (clients and nsqadmin read it to know what to expect)."""
 
 import sys
 
