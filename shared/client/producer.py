@@ -1,0 +1,73 @@
+"""``Producer``: publishes to one nsqd over TCP.
+
+    async with Producer("127.0.0.1:4150") as producer:
+        await producer.publish("events", b"hello")
+        await producer.multi_publish("events", [b"a", b"b"])
+        await producer.deferred_publish("events", b"later", delay=5.0)
+
+Commands are pipelined: concurrent publishes share the connection and each awaits its own answer (nsqd answers in
+order). A lost connection is reopened by the next publish; a publish that was under way when it was lost raises
+ConnectionClosed (it may or may not have been taken: publishing again gives at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from types import TracebackType
+from typing import Any
+
+from shared.addresses import split_host_port
+from shared.protocol.frames import encode_command, encode_mpub
+
+from .connection import Connection
+
+
+class Producer:
+    def __init__(self, nsqd_tcp_address: str, *, user_agent: str = "nsq-py/1.3.0", connect_timeout: float = 5.0,
+                 **identify: Any) -> None:
+        """``identify``: IDENTIFY fields (``client_id``, ``heartbeat_interval`` in ms, ...)."""
+        self.address = nsqd_tcp_address
+        self._identify = {"client_id": socket.gethostname(), "hostname": socket.gethostname(),
+                          "user_agent": user_agent, **identify}
+        self._connect_timeout = connect_timeout
+        self._connection: Connection | None = None
+        self._connecting: asyncio.Lock = asyncio.Lock()
+
+    async def __aenter__(self) -> Producer:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        await self.close()
+
+    async def connect(self) -> Connection:
+        async with self._connecting:
+            if self._connection is None or self._connection.closed:
+                host, port = split_host_port(self.address)
+                self._connection = await Connection.open(host, port, self._identify, self._connect_timeout)
+            return self._connection
+
+    async def publish(self, topic: str, body: bytes) -> None:
+        await self._command(encode_command(b"PUB", topic.encode(), body=body))
+
+    async def multi_publish(self, topic: str, bodies: list[bytes]) -> None:
+        """All of ``bodies`` or none (MPUB is atomic in nsqd)."""
+        await self._command(encode_mpub(topic.encode(), bodies))
+
+    async def deferred_publish(self, topic: str, body: bytes, delay: float) -> None:
+        """Delivered no sooner than ``delay`` seconds from now."""
+        await self._command(encode_command(b"DPUB", topic.encode(), str(round(delay * 1000)).encode(), body=body))
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            await self._connection.wait_closed()
+            self._connection = None
+
+    async def _command(self, data: bytes) -> None:
+        connection = self._connection
+        if connection is None or connection.closed:
+            connection = await self.connect()
+        await connection.command(data)

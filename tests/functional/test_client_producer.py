@@ -1,0 +1,79 @@
+"""The client library's Producer against a real nsqd."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shared.client import ConnectionClosed, NSQProtocolError, Producer
+from tests.conftest import FAST_SCAN
+from tests.processes import NSQDProcess, start_nsqd
+from tests.wire import WireClient
+
+
+def address(nsqd: NSQDProcess) -> str:
+    return f"127.0.0.1:{nsqd.tcp_port}"
+
+
+async def test_publish_multi_publish_and_deferred_publish(nsqd: NSQDProcess) -> None:
+    consumer = await WireClient.connect(nsqd.tcp_address)
+    await consumer.subscribe("events", "c", rdy=10)
+    async with Producer(address(nsqd), client_id="producer-1") as producer:
+        await producer.publish("events", b"one")
+        await producer.multi_publish("events", [b"two", b"three"])
+        sent_at = time.monotonic()
+        await producer.deferred_publish("events", b"later", delay=0.5)
+        assert [m.body for m in await consumer.read_messages(3)] == [b"one", b"two", b"three"]
+        assert (await consumer.read_message()).body == b"later" and time.monotonic() - sent_at >= 0.5
+        stats = json.loads(nsqd.http("GET", "/stats?format=json")[2])
+        assert stats["producers"][0]["client_id"] == "producer-1"
+        assert stats["producers"][0]["user_agent"] == "nsq-py/1.3.0"
+    await consumer.close()
+
+
+async def test_pipelined_publishes_are_each_answered(nsqd: NSQDProcess) -> None:
+    async with Producer(address(nsqd)) as producer:
+        await asyncio.gather(*(producer.publish("many", b"%d" % i) for i in range(1000)))
+    topic = json.loads(nsqd.http("GET", "/stats?format=json&topic=many")[2])["topics"][0]
+    assert topic["message_count"] == 1000
+
+
+async def test_errors_carry_nsqs_code(nsqd: NSQDProcess) -> None:
+    async with Producer(address(nsqd)) as producer:
+        with pytest.raises(NSQProtocolError) as raised:
+            await producer.publish("bad!", b"x")
+        assert raised.value.code == "E_BAD_TOPIC"
+        await producer.publish("good", b"reconnected after the fatal error")  # a new connection
+
+
+async def test_it_reconnects_after_nsqd_restarts(nsqd_factory: Callable[..., NSQDProcess], tmp_path: Path) -> None:
+    first = start_nsqd(*FAST_SCAN, data_path=tmp_path)
+    port = first.tcp_port
+    producer = Producer(f"127.0.0.1:{port}")
+    try:
+        await producer.publish("t", b"before")
+        first.stop()
+        with pytest.raises((ConnectionClosed, OSError)):
+            await producer.publish("t", b"while down")
+        second = start_nsqd(*FAST_SCAN, f"--tcp-address=127.0.0.1:{port}", data_path=tmp_path)
+        try:
+            await producer.publish("t", b"after")
+            assert json.loads(second.http("GET", "/stats?format=json")[2])["topics"][0]["depth"] == 2
+        finally:
+            await producer.close()
+            second.stop()
+    finally:
+        first.stop()
+
+
+async def test_heartbeats_are_answered(nsqd: NSQDProcess) -> None:
+    async with Producer(address(nsqd), heartbeat_interval=1000) as producer:
+        await asyncio.sleep(3.2)  # nsqd would drop a client silent for two intervals
+        await producer.publish("t", b"still connected")
+        assert json.loads(nsqd.http("GET", "/stats?format=json")[2])["producers"][0]["pub_counts"] == [
+            {"topic": "t", "count": 1}]
