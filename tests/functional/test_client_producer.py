@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,7 +50,7 @@ async def test_errors_carry_nsqs_code(nsqd: NSQDProcess) -> None:
         await producer.publish("good", b"reconnected after the fatal error")  # a new connection
 
 
-async def test_it_reconnects_after_nsqd_restarts(nsqd_factory: Callable[..., NSQDProcess], tmp_path: Path) -> None:
+async def test_it_reconnects_after_nsqd_restarts(tmp_path: Path) -> None:
     first = start_nsqd(*FAST_SCAN, data_path=tmp_path)
     port = first.tcp_port
     producer = Producer(f"127.0.0.1:{port}")
