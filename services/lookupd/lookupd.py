@@ -10,7 +10,7 @@ from typing import Iterator
 
 from aiohttp import web
 
-from shared.addresses import join_host_port, listening_socket
+from shared.listeners import listen_http, listen_tcp
 from shared.metrics import PrometheusEndpoint
 from shared.version import VERSION
 
@@ -44,17 +44,8 @@ class NSQLookupd:
             raise
 
     async def _start(self) -> None:
-        tcp_socket = listening_socket(self.opts.tcp_address)
-        self.tcp_address = tcp_socket.getsockname()[:2]
-        loop = asyncio.get_running_loop()
-        self._tcp_server = await loop.create_server(lambda: ConnectionV1(self), sock=tcp_socket)
-        log.info("TCP: listening on %s", join_host_port(*self.tcp_address))
-        http_socket = listening_socket(self.opts.http_address)
-        self.http_address = http_socket.getsockname()[:2]
-        self._http_runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
-        await self._http_runner.setup()
-        await web.SockSite(self._http_runner, http_socket).start()
-        log.info("HTTP: listening on %s", join_host_port(*self.http_address))
+        self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address, lambda: ConnectionV1(self), log)
+        self._http_runner, self.http_address = await listen_http(self.opts.http_address, build_app(self), log)
 
     async def stop(self) -> None:
         if self._tcp_server is not None:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from shared.addresses import join_host_port, listening_socket
+from shared.addresses import join_host_port
+from shared.listeners import listen_http, listen_tcp
 from shared.metrics import PrometheusEndpoint
 from shared.names import is_ephemeral, is_valid_channel_name
 from shared.version import VERSION
@@ -57,7 +58,7 @@ class NSQD:
         self.http_address: tuple[str, int] = ("", 0)
         self._client_ids = itertools.count(1)
         self._flush_queue: list[Client] = []
-        self._tcp_server: asyncio.Server | None = None
+        self._tcp_server: asyncio.AbstractServer | None = None
         self._http_runner: web.AppRunner | None = None
         self._scanner = QueueScanner(opts, self.channels)
         self._scan_task: asyncio.Task[None] | None = None
@@ -88,24 +89,12 @@ class NSQD:
         metadata.save(self.data_path, metadata.snapshot(self.topics))  # nothing is served yet: blocking is fine
         self._metadata_task = asyncio.create_task(self._write_metadata_when_changed(), name="metadata")
         self._sync_task = asyncio.create_task(self._sync_disk_queues(), name="disk-sync")
-        loop = asyncio.get_running_loop()
-        tcp_socket = listening_socket(self.opts.tcp_address)
-        self.tcp_address = tcp_socket.getsockname()[:2]
-        self._tcp_server = await loop.create_server(lambda: ConnectionV2(self), sock=tcp_socket)
-        log.info("TCP: listening on %s", join_host_port(*self.tcp_address))
+        self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address, lambda: ConnectionV2(self), log)
         if self.opts.http_address:
-            await self._start_http()
+            self._http_runner, self.http_address = await listen_http(self.opts.http_address, build_app(self), log)
         gc.callbacks.append(self.gc_pauses)
         await self.set_lookupd_addresses(self.opts.nsqlookupd_tcp_addresses)
         self._scan_task = asyncio.create_task(self._scanner.run(), name="queue-scan")
-
-    async def _start_http(self) -> None:
-        http_socket = listening_socket(self.opts.http_address)
-        self.http_address = http_socket.getsockname()[:2]
-        self._http_runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
-        await self._http_runner.setup()
-        await web.SockSite(self._http_runner, http_socket).start()
-        log.info("HTTP: listening on %s", join_host_port(*self.http_address))
 
     async def stop(self) -> None:
         """Stop accepting, close every client, stop the loops."""

@@ -277,13 +277,9 @@ class ConnectionV2(asyncio.Protocol):
         return self._subscribed_channel(), msg_id
 
     def _fin(self, command: Command) -> bytes | None:
-        # the hot path, so _message_command's checks are repeated inline
+        """A FIN the parser did not take into a run (odd spacing, extra params): checked in full."""
+        channel, msg_id = self._message_command(command, "FIN", 1)
         client = self.client
-        if client.state != STATE_SUBSCRIBED and client.state != STATE_CLOSING or len(command.args) != 1 \
-                or len(command.args[0]) != 16:
-            self._message_command(command, "FIN", 1)  # raises the right error (or passes extra params)
-        channel, msg_id = client.channel, command.args[0]
-        assert channel is not None
         try:
             channel.finish(client, msg_id)
         except ChannelError as error:

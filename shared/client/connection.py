@@ -13,8 +13,15 @@ import logging
 from collections import deque
 from typing import Any, Callable
 
-from shared.protocol.frames import (FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, HEARTBEAT, MAGIC_V2, FrameDecoder, Message,
-                                    decode_message)
+from shared.protocol.frames import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    HEARTBEAT,
+    MAGIC_V2,
+    FrameDecoder,
+    Message,
+    decode_message,
+)
 
 from .errors import ConnectionClosed, NSQProtocolError
 
