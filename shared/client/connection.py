@@ -2,7 +2,8 @@
 
 nsqd answers the commands that have answers (IDENTIFY, SUB, PUB, MPUB, DPUB, CLS) in the order they were sent,
 so replies are matched to a FIFO of futures and commands can be pipelined. Heartbeats are answered with NOP here;
-message frames go to ``on_message``.
+message frames go to ``on_message``. Writes made in one turn of the event loop leave in one ``write``, so a
+consumer's FINs and a producer's pipelined publishes cost one system call per turn instead of one each.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class Connection(asyncio.Protocol):
         self._closed = asyncio.get_running_loop().create_future()
         # set by a fatal error frame: nsqd is closing the connection, so nothing more may be sent on it
         self._failed = False
+        self._loop = asyncio.get_running_loop()
+        self._output: list[bytes] = []
+        self.last_received = self._loop.time()
 
     @classmethod
     async def open(cls, host: str, port: int, identify: dict[str, Any], timeout: float = 5.0,
@@ -70,16 +74,27 @@ class Connection(asyncio.Protocol):
             future.set_exception(ConnectionClosed("not connected"))
             return future
         self._waiting.append(future)
-        self.transport.write(data)
+        self._write(data)
         return future
 
     def send(self, data: bytes) -> None:
         """Sends a command nsqd does not answer (RDY, FIN, REQ, TOUCH, NOP)."""
         if self.transport is not None and not self.closed:
-            self.transport.write(data)
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        if not self._output:
+            self._loop.call_soon(self._flush)
+        self._output.append(data)
+
+    def _flush(self) -> None:
+        if self._output and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self._output))
+        self._output.clear()
 
     def close(self) -> None:
         if self.transport is not None:
+            self._flush()
             self.transport.close()
 
     async def wait_closed(self) -> None:
@@ -91,6 +106,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        self.last_received = self._loop.time()
         for frame_type, payload in self._decoder.feed(data):
             if frame_type == FRAME_TYPE_MESSAGE:
                 if self._on_message is not None:

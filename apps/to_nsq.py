@@ -1,0 +1,316 @@
+"""``to_nsq``: publishes stdin, split on a one-byte delimiter, to a topic on every given nsqd (NSQ's
+``apps/to_nsq``).
+
+Each non-empty record goes as one PUB to each ``--nsqd-tcp-address``; the last record counts even without a
+trailing delimiter. The program reads until end of input (or SIGINT/SIGTERM), waits until every PUB was answered
+and exits 0; an nsqd that cannot be reached, or answers a PUB with an error, ends it with exit status 1.
+
+Invariants that keep big inputs fast and memory bounded:
+
+- stdin is read in chunks on a thread (``StdinReader``), at most ``READ_AHEAD`` chunks ahead of the publisher;
+- PUBs are pipelined (``Publisher``): each is written without waiting for the answer to the one before, at most
+  ``WINDOW`` are unanswered at a time. nsqd answers a connection's commands in order, so the unanswered PUBs are a
+  FIFO of futures and waiting for the oldest is all the flow control needed (no task per message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from shared.addresses import split_host_port
+from shared.client import NSQError, Producer
+from shared.client.connection import Connection
+from shared.flags import FlagError, option, parse_duration
+from shared.names import go_quote, is_valid_topic_name
+from shared.program import ProgramOptions, run_tool
+from shared.protocol.frames import encode_command
+from shared.version import VERSION, version_line
+
+log = logging.getLogger("to_nsq")
+
+USER_AGENT = f"to_nsq/{VERSION} nsq-py/{VERSION}"
+STDIN = 0
+CHUNK_SIZE = 256 * 1024
+READ_AHEAD = 4  # chunks read but not yet split
+WINDOW = 512  # PUBs written but not yet answered, over all nsqd
+
+
+@dataclass
+class Options(ProgramOptions):
+    topic: str = option("", "NSQ topic to publish to")
+    delimiter: str = option("\n", "character to split input from stdin")
+    nsqd_tcp_address: list[str] = option([], "destination nsqd TCP address (may be given multiple times)")
+    producer_opt: list[str] = option([], "option to passthrough to nsq.Producer (may be given multiple times, "
+                                         "as key,value; go-nsq Config names)")
+    rate: int = option(0, "Throttle messages to n/second. 0 to disable")
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.topic:
+            raise FlagError("--topic required")
+        if not is_valid_topic_name(self.topic):
+            raise FlagError("--topic is invalid")
+        if len(os.fsencode(self.delimiter)) != 1:
+            raise FlagError("--delimiter must be a single byte")
+        if not self.nsqd_tcp_address:
+            raise FlagError("--nsqd-tcp-address required")
+        for address in self.nsqd_tcp_address:
+            _check_address(address)
+        producer_settings(self.producer_opt)
+
+
+def _check_address(address: str) -> None:
+    try:
+        split_host_port(address)
+    except ValueError as error:
+        raise FlagError(f"--nsqd-tcp-address: {error}") from None
+
+
+# --producer-opt: the go-nsq Config options that mean something to this client's Producer
+_IDENTIFY_TEXT = ("client_id", "hostname", "user_agent")
+_IDENTIFY_MILLISECONDS = ("heartbeat_interval", "msg_timeout")  # IDENTIFY takes these in ms
+
+
+def producer_settings(items: list[str]) -> dict[str, Any]:
+    """Producer keyword arguments from ``--producer-opt key,value`` items; raises FlagError as Go's flag would."""
+    settings: dict[str, Any] = {}
+    for item in items:
+        key, _, value = item.partition(",")
+        try:
+            settings.update(_producer_setting(key, value))
+        except ValueError as error:
+            raise FlagError(f"invalid value {go_quote(item)} for flag -producer-opt: {error}") from None
+    return settings
+
+
+def _producer_setting(key: str, value: str) -> dict[str, Any]:
+    try:
+        if key in _IDENTIFY_TEXT:
+            return {key: value}
+        if key in _IDENTIFY_MILLISECONDS:
+            return {key: round(parse_duration(value) * 1000)}
+        if key == "dial_timeout":
+            return {"connect_timeout": parse_duration(value)}
+    except ValueError as error:
+        raise ValueError(f"failed to coerce option {key} ({value}) - {error}") from None
+    supported = ", ".join((*_IDENTIFY_TEXT, *_IDENTIFY_MILLISECONDS, "dial_timeout"))
+    raise ValueError(f"invalid option {key} (supported: {supported})")
+
+
+class RecordSplitter:
+    """Records from chunks of input (sans-I/O): ``feed`` returns the complete non-empty records a chunk ends,
+    ``finish`` the last one, which needs no delimiter after it."""
+
+    def __init__(self, delimiter: bytes) -> None:
+        self._delimiter = delimiter
+        # the record under way, in pieces: joining once, when it ends, keeps a long record linear to collect
+        self._pending: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        if self._delimiter not in chunk:
+            self._pending.append(chunk)
+            return []
+        records = chunk.split(self._delimiter)
+        records[0] = b"".join([*self._pending, records[0]])
+        self._pending = [records.pop()]
+        return [record for record in records if record]
+
+    def finish(self) -> bytes | None:
+        record = b"".join(self._pending)
+        self._pending = []
+        return record or None
+
+
+class Throttle:
+    """A token bucket as NSQ's to_nsq keeps one: ``rate`` records a second, with at most one second's worth saved
+    up. It starts with a single token, so a run does not begin with a burst. Time is given, in seconds."""
+
+    def __init__(self, rate: int, now: float) -> None:
+        self._rate = rate
+        self._tokens = 1.0
+        self._updated = now
+
+    def reserve(self, now: float) -> float:
+        """Takes a token: the seconds to wait before sending (0 when a token was there). A wait taken is a debt
+        the next tokens pay, so a caller that waits as told sends at exactly ``rate``."""
+        refilled = self._tokens + (now - self._updated) * self._rate
+        self._tokens = min(float(self._rate), refilled) - 1
+        self._updated = now
+        return max(0.0, -self._tokens / self._rate)
+
+
+class StdinReader:
+    """Chunks of a file descriptor, read on a thread so that no kind of stdin blocks the event loop (the loop's
+    pipe transports refuse regular files, and uvloop's aborts on them or on /dev/null).
+
+    The thread is a daemon that is never joined: a read blocked on a terminal or an idle pipe cannot be
+    interrupted, and it must not keep the process from exiting after SIGINT.
+    """
+
+    def __init__(self, fd: int, chunk_size: int = CHUNK_SIZE, read_ahead: int = READ_AHEAD) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._chunks: asyncio.Queue[bytes | OSError] = asyncio.Queue()
+        self._room = threading.Semaphore(read_ahead)
+        self._stopped = False
+        self._thread = threading.Thread(target=self._read_all, args=(fd, chunk_size), name="stdin", daemon=True)
+        self._thread.start()
+
+    async def read(self) -> bytes:
+        """The next chunk; ``b""`` at the end of input and once stopped. Raises the OSError reading met."""
+        chunk = await self._chunks.get()
+        if self._stopped or not chunk:
+            self.stop()  # stays at the end for later reads
+            return b""
+        if isinstance(chunk, OSError):
+            raise chunk
+        self._room.release()
+        return chunk
+
+    def stop(self) -> None:
+        """Ends the input here: ``read`` returns ``b""`` from now on, whatever is still unread."""
+        self._stopped = True
+        self._chunks.put_nowait(b"")
+
+    def _read_all(self, fd: int, chunk_size: int) -> None:
+        while True:
+            self._room.acquire()
+            try:
+                chunk = os.read(fd, chunk_size)
+            except OSError as error:
+                self._hand_over(error)
+                return
+            if not self._hand_over(chunk) or not chunk:
+                return
+
+    def _hand_over(self, item: bytes | OSError) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(self._chunks.put_nowait, item)
+        except RuntimeError:  # the loop is closed: the program is ending
+            return False
+        return True
+
+
+class Publisher:
+    """Publishes each record to every nsqd, pipelined (see the module docstring)."""
+
+    def __init__(self, producers: list[Producer], topic: str, window: int = WINDOW) -> None:
+        self._producers = producers
+        self._topic = topic.encode()
+        self._window = window
+        self._unanswered: deque[tuple[str, asyncio.Future[bytes]]] = deque()
+
+    async def connect(self) -> None:
+        """Connects up front (go-nsq would at the first PUB) so that a wrong address fails before stdin is read."""
+        for producer in self._producers:
+            await _connection(producer)
+
+    async def publish(self, body: bytes) -> None:
+        """Sends ``body``; raises DeliveryError for this or an earlier PUB that nsqd refused or did not answer."""
+        command = encode_command(b"PUB", self._topic, body=body)
+        for producer in self._producers:
+            connection = await _connection(producer)  # the one open, or a new one if it was lost while idle
+            self._unanswered.append((producer.address, connection.command(command)))
+        while len(self._unanswered) > self._window:
+            await self._answer()
+
+    async def flush(self) -> None:
+        """Waits until every PUB is answered; raises DeliveryError as ``publish`` does."""
+        while self._unanswered:
+            await self._answer()
+
+    def abandon(self) -> None:
+        """Forgets the unanswered PUBs (after an error: their connections are closing)."""
+        for _, future in self._unanswered:
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: asyncio would log it otherwise
+            future.cancel()
+        self._unanswered.clear()
+
+    async def _answer(self) -> None:
+        address, future = self._unanswered.popleft()
+        try:
+            await future
+        except NSQError as error:
+            raise DeliveryError(f"failed to publish to nsqd {address} - {error}") from error
+
+
+class DeliveryError(Exception):
+    """An nsqd that could not be reached, refused a PUB, or lost its connection with PUBs unanswered."""
+
+
+async def _connection(producer: Producer) -> Connection:
+    try:
+        return await producer.connect()
+    except (NSQError, OSError) as error:
+        reason = str(error) or type(error).__name__  # a timeout has no text
+        raise DeliveryError(f"failed to connect to nsqd {producer.address} - {reason}") from error
+
+
+async def run(opts: Options, stopping: asyncio.Event) -> int:
+    """The program: 0 when every record read was published to every nsqd, 1 otherwise."""
+    settings = {"user_agent": USER_AGENT, **producer_settings(opts.producer_opt)}
+    producers = [Producer(address, **settings) for address in opts.nsqd_tcp_address]
+    publisher = Publisher(producers, opts.topic)
+    try:
+        await publisher.connect()
+        await _publish_stdin(opts, publisher, stopping)
+    except DeliveryError as error:
+        log.error("%s", error)
+        return 1
+    except OSError as error:  # only reading stdin raises it: connecting and publishing raise DeliveryError
+        log.error("failed to read stdin - %s", error)
+        return 1
+    finally:
+        publisher.abandon()
+        for producer in producers:
+            await producer.close()
+    return 0
+
+
+async def _publish_stdin(opts: Options, publisher: Publisher, stopping: asyncio.Event) -> None:
+    stdin = StdinReader(STDIN)
+    watcher = asyncio.create_task(_stop_on(stopping, stdin))
+    loop = asyncio.get_running_loop()
+    throttle = Throttle(opts.rate, loop.time()) if opts.rate >= 1 else None
+    if throttle is not None:
+        log.info("Throttling messages rate to max:%d/second", opts.rate)
+    splitter = RecordSplitter(os.fsencode(opts.delimiter))
+    try:
+        while chunk := await stdin.read():
+            await _send(splitter.feed(chunk), publisher, throttle, stopping)
+        last = splitter.finish()
+        await _send([last] if last is not None else [], publisher, throttle, stopping)
+        await publisher.flush()
+    finally:
+        watcher.cancel()
+        await asyncio.wait([watcher])  # its end, without raising its cancellation here
+
+
+async def _stop_on(stopping: asyncio.Event, stdin: StdinReader) -> None:
+    await stopping.wait()
+    stdin.stop()
+
+
+async def _send(records: list[bytes], publisher: Publisher, throttle: Throttle | None,
+                stopping: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for record in records:
+        if stopping.is_set():
+            return
+        if throttle is not None:
+            await asyncio.sleep(throttle.reserve(loop.time()))
+        await publisher.publish(record)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_tool("to_nsq", Options, version_line("to_nsq"), run, argv)
+
+
+if __name__ == "__main__":
+    main()
