@@ -21,16 +21,17 @@ import os
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 from shared.addresses import split_host_port
 from shared.client import NSQError, Producer
 from shared.client.connection import Connection
-from shared.flags import FlagError, option, parse_duration
-from shared.names import go_quote, is_valid_topic_name
+from shared.flags import FlagError, option
+from shared.names import is_valid_topic_name
 from shared.program import ProgramOptions, run_tool
 from shared.protocol.frames import encode_command
 from shared.version import VERSION, version_line
+
+from .client_options import producer_settings
 
 log = logging.getLogger("to_nsq")
 
@@ -70,37 +71,6 @@ def _check_address(address: str) -> None:
         split_host_port(address)
     except ValueError as error:
         raise FlagError(f"--nsqd-tcp-address: {error}") from None
-
-
-# --producer-opt: the go-nsq Config options that mean something to this client's Producer
-_IDENTIFY_TEXT = ("client_id", "hostname", "user_agent")
-_IDENTIFY_MILLISECONDS = ("heartbeat_interval", "msg_timeout")  # IDENTIFY takes these in ms
-
-
-def producer_settings(items: list[str]) -> dict[str, Any]:
-    """Producer keyword arguments from ``--producer-opt key,value`` items; raises FlagError as Go's flag would."""
-    settings: dict[str, Any] = {}
-    for item in items:
-        key, _, value = item.partition(",")
-        try:
-            settings.update(_producer_setting(key, value))
-        except ValueError as error:
-            raise FlagError(f"invalid value {go_quote(item)} for flag -producer-opt: {error}") from None
-    return settings
-
-
-def _producer_setting(key: str, value: str) -> dict[str, Any]:
-    try:
-        if key in _IDENTIFY_TEXT:
-            return {key: value}
-        if key in _IDENTIFY_MILLISECONDS:
-            return {key: round(parse_duration(value) * 1000)}
-        if key == "dial_timeout":
-            return {"connect_timeout": parse_duration(value)}
-    except ValueError as error:
-        raise ValueError(f"failed to coerce option {key} ({value}) - {error}") from None
-    supported = ", ".join((*_IDENTIFY_TEXT, *_IDENTIFY_MILLISECONDS, "dial_timeout"))
-    raise ValueError(f"invalid option {key} (supported: {supported})")
 
 
 class RecordSplitter:
@@ -203,7 +173,7 @@ class Publisher:
         self._producers = producers
         self._topic = topic.encode()
         self._window = window
-        self._unanswered: deque[tuple[str, asyncio.Future[bytes]]] = deque()
+        self._unanswered: deque[tuple[str | None, asyncio.Future[bytes]]] = deque()
 
     async def connect(self) -> None:
         """Connects up front (go-nsq would at the first PUB) so that a wrong address fails before stdin is read."""

@@ -39,7 +39,7 @@ class Backoff:
     def failure(self, now: float) -> Action:
         if self.paused(now):
             return Action.NONE
-        if self.counter == 0 or self.multiplier * 2 ** self.counter <= self.max_duration:
+        if self.duration(self.counter) < self.max_duration or self.counter == 0:
             self.counter += 1  # no higher once the window is as long as it may be
         return self._pause(now)
 

@@ -8,25 +8,37 @@
 Commands are pipelined: concurrent publishes share the connection and each awaits its own answer (nsqd answers in
 order). A lost connection is reopened by the next publish; a publish that was under way when it was lost raises
 ConnectionClosed (it may or may not have been taken: publishing again gives at-least-once).
+
+Without an nsqd address, ``lookupd_http_addresses`` find one: the producer connects to a node registered with
+the lookupds (``/nodes``), tried in random order, and looks again whenever it has to reconnect.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
 import socket
 from types import TracebackType
-from typing import Any
+from typing import Any, Iterable
 
 from shared.addresses import split_host_port
 from shared.protocol.frames import encode_command, encode_mpub
 
 from .connection import Connection
+from .errors import NSQError
+from .lookupd import lookup_nodes
+
+log = logging.getLogger("nsq.client")
 
 
 class Producer:
-    def __init__(self, nsqd_tcp_address: str, *, user_agent: str = "nsq-py/1.3.0", connect_timeout: float = 5.0,
-                 **identify: Any) -> None:
+    def __init__(self, nsqd_tcp_address: str | None = None, *, lookupd_http_addresses: Iterable[str] = (),
+                 user_agent: str = "nsq-py/1.3.0", connect_timeout: float = 5.0, **identify: Any) -> None:
         """``identify``: IDENTIFY fields (``client_id``, ``heartbeat_interval`` in ms, ...)."""
+        self.lookupd_http_addresses = list(lookupd_http_addresses)
+        if nsqd_tcp_address is None and not self.lookupd_http_addresses:
+            raise ValueError("give an nsqd TCP address or lookupd_http_addresses")
         self.address = nsqd_tcp_address
         self._identify = {"client_id": socket.gethostname(), "hostname": socket.gethostname(),
                           "user_agent": user_agent, **identify}
@@ -45,9 +57,36 @@ class Producer:
     async def connect(self) -> Connection:
         async with self._connecting:
             if self._connection is None or self._connection.closed:
-                host, port = split_host_port(self.address)
-                self._connection = await Connection.open(host, port, self._identify, self._connect_timeout)
+                self._connection = await self._open()
             return self._connection
+
+    async def _open(self) -> Connection:
+        if not self.lookupd_http_addresses:
+            assert self.address is not None
+            return await self._open_to(self.address)
+        candidates = await self._discover()
+        for address in candidates:
+            try:
+                connection = await self._open_to(address)
+            except (OSError, TimeoutError, NSQError) as error:
+                log.warning("nsqd %s: %s", address, error or type(error).__name__)
+                continue
+            self.address = address
+            return connection
+        raise NSQError(f"no nsqd reachable (lookupd knows {len(candidates)})")
+
+    async def _open_to(self, address: str) -> Connection:
+        host, port = split_host_port(address)
+        return await Connection.open(host, port, self._identify, self._connect_timeout)
+
+    async def _discover(self) -> list[str]:
+        from aiohttp import ClientSession, ClientTimeout
+
+        async with ClientSession(timeout=ClientTimeout(total=self._connect_timeout)) as session:
+            answers = await asyncio.gather(*(lookup_nodes(session, address) for address in self.lookupd_http_addresses))
+        nodes = list({node for answer in answers if answer for node in answer})
+        random.shuffle(nodes)
+        return nodes
 
     async def publish(self, topic: str, body: bytes) -> None:
         await self._command(encode_command(b"PUB", topic.encode(), body=body))

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.client import ConnectionClosed, NSQProtocolError, Producer
+from shared.client import ConnectionClosed, NSQError, NSQProtocolError, Producer
 from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_nsqd
+from tests.functional.test_cluster import wait_for
+from tests.processes import NSQDProcess, start_lookupd, start_nsqd
 from tests.wire import WireClient
 
 
@@ -76,3 +77,29 @@ async def test_heartbeats_are_answered(nsqd: NSQDProcess) -> None:
         await producer.publish("t", b"still connected")
         assert json.loads(nsqd.http("GET", "/stats?format=json")[2])["producers"][0]["pub_counts"] == [
             {"topic": "t", "count": 1}]
+
+
+async def test_it_finds_an_nsqd_through_lookupd(tmp_path: Path) -> None:
+    lookupd = start_lookupd()
+    nsqd = start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", "--broadcast-address=127.0.0.1",
+                      data_path=tmp_path)
+    try:
+        wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"])
+        async with Producer(lookupd_http_addresses=[f"127.0.0.1:{lookupd.http_port}"]) as producer:
+            await producer.publish("found", b"via lookupd")
+            assert producer.address == f"127.0.0.1:{nsqd.tcp_port}"
+        topic = json.loads(nsqd.http("GET", "/stats?format=json&topic=found")[2])["topics"][0]
+        assert topic["message_count"] == 1
+    finally:
+        nsqd.stop()
+        lookupd.stop()
+
+
+async def test_no_nsqd_known_to_lookupd_is_an_error() -> None:
+    lookupd = start_lookupd()
+    try:
+        producer = Producer(lookupd_http_addresses=[f"127.0.0.1:{lookupd.http_port}"])
+        with pytest.raises(NSQError, match="no nsqd reachable"):
+            await producer.publish("t", b"x")
+    finally:
+        lookupd.stop()

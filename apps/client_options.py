@@ -1,0 +1,64 @@
+"""``--producer-opt`` and ``--consumer-opt``: go-nsq Config options given as ``key,value``, as NSQ's tools take
+them, turned into keyword arguments of ``Producer`` and ``Consumer``. Options this client cannot honour are
+refused with the list of those it can, rather than ignored."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from shared.flags import FlagError, parse_duration
+from shared.names import go_quote
+
+
+def _milliseconds(value: str) -> int:
+    return round(parse_duration(value) * 1000)
+
+
+# go-nsq name -> (keyword argument, conversion)
+_IDENTIFY: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "client_id": ("client_id", str),
+    "hostname": ("hostname", str),
+    "user_agent": ("user_agent", str),
+    "heartbeat_interval": ("heartbeat_interval", _milliseconds),  # IDENTIFY takes ms
+    "msg_timeout": ("msg_timeout", _milliseconds),
+    "dial_timeout": ("connect_timeout", parse_duration),
+}
+_CONSUMER: dict[str, tuple[str, Callable[[str], Any]]] = {
+    **_IDENTIFY,
+    "sample_rate": ("sample_rate", int),
+    "max_in_flight": ("max_in_flight", int),
+    "max_attempts": ("max_attempts", int),
+    "lookupd_poll_interval": ("lookupd_poll_interval", parse_duration),
+    "lookupd_poll_jitter": ("lookupd_poll_jitter", float),
+    "default_requeue_delay": ("requeue_delay", parse_duration),
+    "max_requeue_delay": ("max_requeue_delay", parse_duration),
+    "backoff_multiplier": ("backoff_multiplier", parse_duration),
+    "max_backoff_duration": ("max_backoff_duration", parse_duration),
+    "rdy_redistribute_interval": ("rdy_redistribute_interval", parse_duration),
+}
+
+
+def producer_settings(items: list[str]) -> dict[str, Any]:
+    """``Producer`` keyword arguments from ``--producer-opt`` items; FlagError names the flag as Go's would."""
+    return _settings(items, _IDENTIFY, "producer-opt")
+
+
+def consumer_settings(items: list[str]) -> dict[str, Any]:
+    """``Consumer`` keyword arguments from ``--consumer-opt`` items."""
+    return _settings(items, _CONSUMER, "consumer-opt")
+
+
+def _settings(items: list[str], known: dict[str, tuple[str, Callable[[str], Any]]], flag: str) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for item in items:
+        key, _, value = item.partition(",")
+        if key not in known:
+            raise FlagError(f"invalid value {go_quote(item)} for flag -{flag}: invalid option {key} "
+                            f"(supported: {', '.join(known)})")
+        name, convert = known[key]
+        try:
+            settings[name] = convert(value)
+        except ValueError as error:
+            raise FlagError(f"invalid value {go_quote(item)} for flag -{flag}: failed to coerce option {key} "
+                            f"({value}) - {error}") from None
+    return settings

@@ -1,0 +1,101 @@
+"""The client library's own ceiling: ``.venv/bin/python -m bench.client [--messages 1000000]``.
+
+Starts an nsqd, fills a topic, then consumes it through one ``Consumer`` with a no-op handler (``max_in_flight``
+2500), and publishes through one ``Producer`` with many publishes under way at once. Prints msg/s and the CPU
+seconds this process (the client) spent per million messages: the library must not be what limits a Python
+consumer. The backlog is filled by MPUB over the raw protocol so that filling costs little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+from bench.run import SIZE, cpu_seconds
+from shared.client import Consumer, Message, Producer
+from shared.event_loop import install_uvloop
+from tests.processes import start_nsqd
+
+TOPIC = "bench_client"
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def report(name: str, messages: int, seconds: float, cpu: float, nsqd_cpu: float) -> None:
+    print(f"{name:<52} {messages / seconds:>10,.0f} msg/s  client {cpu / messages * 1e6:5.2f} CPU s / M msgs,"
+          f" nsqd {nsqd_cpu / messages * 1e6:5.2f}", flush=True)
+
+
+async def fill(address: str, messages: int) -> None:
+    body = b"x" * SIZE
+    async with Producer(address) as producer:
+        for start in range(0, messages, 200):
+            await producer.multi_publish(TOPIC, [body] * min(200, messages - start))
+
+
+async def consume(address: str, messages: int, max_in_flight: int, concurrency: int) -> float:
+    done = asyncio.Event()
+    seen = 0
+
+    async def handle(message: Message) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == messages:
+            done.set()
+
+    start = time.perf_counter()
+    async with Consumer(TOPIC, "c%d" % concurrency, handle, nsqd_tcp_addresses=[address],
+                        max_in_flight=max_in_flight, concurrency=concurrency):
+        await done.wait()
+        return time.perf_counter() - start
+
+
+async def publish(address: str, messages: int, window: int) -> float:
+    body = b"y" * SIZE
+    start = time.perf_counter()
+    async with Producer(address) as producer:
+        for first in range(0, messages, window):
+            await asyncio.gather(*(producer.publish(TOPIC + "_pub", body)
+                                   for _ in range(min(window, messages - first))))
+    return time.perf_counter() - start
+
+
+async def run(args: argparse.Namespace, address: str, nsqd_pid: int) -> None:
+    await fill(address, args.messages)
+    for concurrency in (1, 8):
+        cpu, nsqd_cpu = own_cpu(), cpu_seconds(nsqd_pid)
+        seconds = await consume(address, args.messages, args.max_in_flight, concurrency)
+        report(f"Consumer, no-op handler, max_in_flight {args.max_in_flight}, concurrency {concurrency}",
+               args.messages, seconds, own_cpu() - cpu, cpu_seconds(nsqd_pid) - nsqd_cpu)
+    cpu, nsqd_cpu = own_cpu(), cpu_seconds(nsqd_pid)
+    seconds = await publish(address, args.messages // 5, 1000)
+    report("Producer.publish, 1000 under way at once", args.messages // 5, seconds, own_cpu() - cpu,
+           cpu_seconds(nsqd_pid) - nsqd_cpu)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=1_000_000, help="messages consumed per run")
+    parser.add_argument("--max-in-flight", type=int, default=2500)
+    args = parser.parse_args()
+    install_uvloop()
+    with tempfile.TemporaryDirectory() as data_path:
+        nsqd = start_nsqd(f"--mem-queue-size={args.messages * 2}", data_path=Path(data_path))
+        try:
+            nsqd.http("POST", f"/topic/create?topic={TOPIC}")
+            for concurrency in (1, 8):  # before filling, so that both channels get a copy of the backlog
+                nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel=c{concurrency}")
+            asyncio.run(run(args, f"127.0.0.1:{nsqd.tcp_port}", nsqd.process.pid))
+        finally:
+            nsqd.stop()
+
+
+if __name__ == "__main__":
+    main()
