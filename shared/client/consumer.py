@@ -56,11 +56,14 @@ class ConsumerConnection:
         self.rdy = 0
         self.max_rdy_count = DEFAULT_MAX_RDY_COUNT
         self.in_flight = 0
+        self.queued = 0  # of those in flight, how many wait for a worker
         self.lost = False  # nsqd requeued what was in flight: responses to it must not be counted
 
     def received(self, frame: Frame) -> None:
         self.in_flight += 1
-        self.consumer._received(Message(frame.id, frame.body, frame.timestamp, frame.attempts, self.address, self))
+        self.queued += 1
+        self.consumer._received(self, Message(frame.id, frame.body, frame.timestamp, frame.attempts, self.address,
+                                                     self))
 
     def finish(self, message: Message) -> None:
         self._respond(encode_command(b"FIN", message.id), success=True)
@@ -118,7 +121,7 @@ class Consumer:
         self._handler, self._on_give_up = handler, on_give_up
         self._backoff = Backoff(backoff_multiplier, max_backoff_duration)
         self._connections: dict[str, ConsumerConnection] = {}
-        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[ConsumerConnection, Message]] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._keepers: dict[str, asyncio.Task[None]] = {}
         self._resume_timer: asyncio.TimerHandle | None = None
@@ -159,7 +162,8 @@ class Consumer:
         try:
             await asyncio.wait_for(self._wait_drained(), timeout)
         except TimeoutError:
-            log.warning("stopping with %d messages still in flight (nsqd will requeue them)", self.in_flight)
+            log.warning("stopping with %d messages still in flight (nsqd delivers them again after their timeout)",
+                        self.in_flight)
         for task in self._tasks:
             task.cancel()
         for conn in list(self._connections.values()):
@@ -180,22 +184,24 @@ class Consumer:
         return sum(conn.rdy for conn in self._connections.values())
 
     def is_starved(self) -> bool:
-        """Whether some connection has as many messages in flight as it is likely to get (85 % of its RDY):
-        a batching consumer should process its batch now rather than wait for more."""
-        return any(conn.in_flight > 0 and conn.in_flight >= conn.rdy * 0.85 for conn in self._connections.values())
+        """Whether the handlers hold, on some connection, as many messages as they are likely to get from it
+        (85 % of its RDY): a batching consumer should process its batch now rather than wait for more."""
+        return any(0 < conn.in_flight - conn.queued >= conn.rdy * 0.85 for conn in self._connections.values())
 
     def requeue_delay_for(self, attempts: int) -> float:
         return min(self.requeue_delay * attempts, self.max_requeue_delay)
 
     # -- messages ----------------------------------------------------------------------------------------------
 
-    def _received(self, message: Message) -> None:
+    def _received(self, connection: ConsumerConnection, message: Message) -> None:
         self.received += 1
-        self._queue.put_nowait(message)
+        self._queue.put_nowait((connection, message))
 
     async def _work(self) -> None:
         while True:
-            message = await self._queue.get()
+            connection, message = await self._queue.get()
+            if not connection.lost:
+                connection.queued -= 1
             if message.responded:
                 continue
             if self.max_attempts and message.attempts > self.max_attempts:
@@ -342,7 +348,7 @@ class Consumer:
         if self._connections.get(conn.address) is conn:
             del self._connections[conn.address]
             conn.lost = True  # nsqd requeues its in-flight messages
-            conn.in_flight = 0
+            conn.in_flight = conn.queued = 0
             if self._stopping and self.in_flight == 0:
                 self._drained.set()
             self._rebalance()
