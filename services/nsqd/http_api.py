@@ -5,13 +5,11 @@ All parameters come from the query string, even on POST; only /pub, /mpub and PU
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from shared.flags import flag_specs
 from shared.http_api import (
     HTTPError,
     empty_response,
@@ -21,11 +19,10 @@ from shared.http_api import (
     redirect_fixed_paths,
     text_response,
 )
-from shared.log_format import level_number
 from shared.names import is_valid_channel_name, is_valid_topic_name
-from shared.program import LOG_LEVELS
 from shared.protocol.commands import split_mpub
 from shared.protocol.errors import FatalClientError
+from shared.runtime_config import address_list, option_value, set_log_level
 from shared.version import VERSION
 
 from . import stats
@@ -37,9 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqd")
 
 NSQD_KEY: web.AppKey[NSQD] = web.AppKey("nsqd")
-
-# Go's lg.LogLevel numbers, which GET /config/log_level reports
-_LOG_LEVEL_NUMBERS = {name: number for number, name in enumerate(LOG_LEVELS, start=1)}
 
 
 def build_app(nsqd: NSQD) -> web.Application:
@@ -249,41 +243,13 @@ async def config(request: web.Request) -> web.Response:
         if not body or len(body) > nsqd.opts.max_msg_size:
             raise HTTPError(413, "INVALID_VALUE")
         if name == "nsqlookupd_tcp_addresses":
-            await nsqd.set_lookupd_addresses(_addresses(body))
+            await nsqd.set_lookupd_addresses(address_list(body))
         else:
             _set_option(nsqd, name, body)
-    return json_response(_option_value(nsqd, name))
-
-
-def _addresses(body: bytes) -> list[str]:
-    try:
-        addresses = json.loads(body)
-    except ValueError:
-        raise HTTPError(400, "INVALID_VALUE") from None
-    if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
-        raise HTTPError(400, "INVALID_VALUE")
-    return addresses
+    return json_response(option_value(nsqd.opts, name))
 
 
 def _set_option(nsqd: NSQD, name: str, body: bytes) -> None:
-    if name == "log_level":
-        level = body.decode("utf-8", "replace").strip().lower()
-        if level not in LOG_LEVELS:
-            raise HTTPError(400, "INVALID_VALUE")
-        nsqd.opts.log_level = level
-        logging.getLogger("nsqd").setLevel(level_number(level))
-    else:
+    if name != "log_level":
         raise HTTPError(400, "INVALID_OPTION")
-
-
-def _option_value(nsqd: NSQD, name: str) -> Any:
-    """An option by its config name, in the units NSQ's JSON uses (durations in nanoseconds)."""
-    for spec in flag_specs(type(nsqd.opts)):
-        if name in (spec.config_key, spec.name.replace("-", "_")):
-            value = getattr(nsqd.opts, spec.attribute)
-            if spec.kind == "duration":
-                return int(round(value * 1e9))
-            if spec.attribute == "log_level":
-                return _LOG_LEVEL_NUMBERS[value]
-            return value
-    raise HTTPError(400, "INVALID_OPTION")
+    set_log_level(nsqd.opts, "nsqd", body)

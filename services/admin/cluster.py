@@ -1,0 +1,188 @@
+"""The cluster as the admin sees it: which nsqd exist and what they hold, read from the lookupds (or from nsqds given
+directly), and the operator actions fanned out to them in nsqadmin's order.
+
+Every read takes a ``Warnings`` that collects the hosts that failed; a step where every host failed raises
+``UpstreamError``. The JSON shapes come from ``aggregation``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import aggregation
+from .aggregation import Json
+from .upstream import Upstream, UpstreamError, Warnings
+
+
+@dataclass(frozen=True)
+class Node:
+    """An nsqd as the admin reaches it: ``address`` is its ``broadcast_address:http_port``."""
+
+    address: str
+    hostname: str
+
+
+class Cluster:
+    def __init__(self, upstream: Upstream, lookupd_addresses: list[str], nsqd_addresses: list[str]) -> None:
+        self.upstream = upstream
+        self.lookupd_addresses = list(lookupd_addresses)
+        self.nsqd_addresses = list(nsqd_addresses)
+
+    # --- reads ---------------------------------------------------------------------------------------------------
+
+    async def topic_names(self, warnings: Warnings) -> list[str]:
+        if self.lookupd_addresses:
+            answers = await self._from_lookupds("/topics", warnings)
+            names = {name for answer in answers for name in aggregation.lookupd_data(answer).get("topics") or []}
+        else:
+            stats = await self.upstream.each(
+                (self.upstream.get_json(address, "/stats", format="json", include_clients="false")
+                 for address in self.nsqd_addresses), warnings)
+            names = {topic["topic_name"] for answer in stats for topic in answer.get("topics") or []}
+        return sorted(names)
+
+    async def inactive_topics(self, warnings: Warnings) -> dict[str, list[str]]:
+        """Topics lookupd knows that no nsqd produces, with their channels (lookupd mode only, as nsqadmin)."""
+        if not self.lookupd_addresses:
+            return {}
+        found = await asyncio.gather(*(self._inactive_channels(topic, warnings)
+                                       for topic in await self.topic_names(warnings)))
+        return {topic: channels for topic, channels in found if channels is not None}
+
+    async def _inactive_channels(self, topic: str, warnings: Warnings) -> tuple[str, list[str] | None]:
+        if await self.topic_nodes(topic, warnings):
+            return topic, None
+        answers = await self._from_lookupds("/channels", warnings, topic=topic)
+        return topic, sorted({name for answer in answers
+                              for name in aggregation.lookupd_data(answer).get("channels") or []})
+
+    async def nodes(self, warnings: Warnings) -> list[Json]:
+        """nsqadmin's ``/api/nodes`` rows."""
+        if self.lookupd_addresses:
+            answers = await self.upstream.each((self._tagged(address, "/nodes") for address in self.lookupd_addresses),
+                                               warnings)
+            return aggregation.merge_nodes(answers)
+        rows = await self.upstream.each((self._nsqd_row(address) for address in self.nsqd_addresses), warnings)
+        return sorted(rows, key=lambda row: (row["hostname"], row["broadcast_address"], row["http_port"]))
+
+    async def topic_nodes(self, topic: str, warnings: Warnings) -> list[Node]:
+        """The nsqd that have ``topic``."""
+        if self.lookupd_addresses:
+            answers = await self._from_lookupds("/lookup", warnings, topic=topic, missing_ok=True)
+            return [Node(aggregation.node_address(producer), producer.get("hostname", ""))
+                    for producer in aggregation.merge_producers(answers)]
+        nodes = []
+        for row in await self.nodes(warnings):
+            if any(entry["topic"] == topic for entry in row["topics"]):
+                nodes.append(Node(aggregation.node_address(row), row["hostname"]))
+        return nodes
+
+    async def all_nodes(self, warnings: Warnings) -> list[Node]:
+        return [Node(aggregation.node_address(row), row["hostname"]) for row in await self.nodes(warnings)]
+
+    async def topic(self, topic: str, warnings: Warnings) -> Json:
+        nodes = await self.topic_nodes(topic, warnings)
+        rows = await self.node_topic_rows(nodes, warnings, topic=topic)
+        return aggregation.aggregate_topic(topic, rows)
+
+    async def channel(self, topic: str, channel: str, warnings: Warnings) -> Json:
+        nodes = await self.topic_nodes(topic, warnings)
+        rows = await self.node_topic_rows(nodes, warnings, topic=topic, channel=channel, include_clients=True)
+        channels = [row for topic_row in rows for row in topic_row["channels"] if row["channel_name"] == channel]
+        return aggregation.aggregate_channel(topic, channel, channels)
+
+    async def node(self, address: str, warnings: Warnings) -> Json | None:
+        """``/api/nodes/:node``, or None when no nsqd has that address."""
+        node = next((node for node in await self.all_nodes(warnings) if node.address == address), None)
+        if node is None:
+            return None
+        return aggregation.node_summary(address, await self.node_topic_rows([node], warnings, include_clients=True))
+
+    async def topics_snapshot(self, warnings: Warnings) -> list[Json]:
+        """Every topic aggregated over every node, from one ``/stats`` per node (history and metrics use it)."""
+        rows = await self.node_topic_rows(await self.all_nodes(warnings), warnings)
+        by_topic: dict[str, list[Json]] = {}
+        for row in rows:
+            by_topic.setdefault(row["topic_name"], []).append(row)
+        return [aggregation.aggregate_topic(name, by_topic[name]) for name in sorted(by_topic)]
+
+    async def counter(self, warnings: Warnings) -> Json:
+        return aggregation.counter_stats(await self.node_topic_rows(await self.all_nodes(warnings), warnings))
+
+    async def node_topic_rows(self, nodes: list[Node], warnings: Warnings, topic: str = "", channel: str = "",
+                              include_clients: bool = False) -> list[Json]:
+        """Per-node topic rows of the given nodes' ``/stats`` (narrowed to ``topic``/``channel`` when given)."""
+        query = {"format": "json", "include_clients": "true" if include_clients else "false"}
+        query.update({key: value for key, value in (("topic", topic), ("channel", channel)) if value})
+        answers = await self.upstream.each((self._stats(node, query) for node in nodes), warnings)
+        rows = [row for answer in answers for row in answer]
+        return [row for row in rows if not topic or row["topic_name"] == topic]
+
+    async def _stats(self, node: Node, query: dict[str, str]) -> list[Json]:
+        stats = await self.upstream.get_json(node.address, "/stats", **query)
+        return aggregation.node_topics(node.address, node.hostname, stats, time.time())
+
+    async def _nsqd_row(self, address: str) -> Json:
+        info = await self.upstream.get_json(address, "/info")
+        stats = await self.upstream.get_json(address, "/stats", format="json", include_clients="false")
+        return aggregation.nsqd_node_row(info, stats)
+
+    async def _tagged(self, address: str, path: str) -> tuple[str, Json]:
+        return address, await self.upstream.get_json(address, path)
+
+    async def _from_lookupds(self, path: str, warnings: Warnings, missing_ok: bool = False, **query: str) -> list[Json]:
+        return await self.upstream.each((self._lookupd_get(address, path, missing_ok, query)
+                                         for address in self.lookupd_addresses), warnings)
+
+    async def _lookupd_get(self, address: str, path: str, missing_ok: bool, query: dict[str, str]) -> Json:
+        try:
+            answer: Json = await self.upstream.get_json(address, path, **query)
+        except UpstreamError as error:
+            # a lookupd that has never heard of a topic answers 404 TOPIC_NOT_FOUND: no producers, not a failure
+            if missing_ok and " 404 " in str(error):
+                return {"producers": []}
+            raise
+        return answer
+
+    # --- actions, in nsqadmin's order: a delete finds the topic's nodes before the lookupds forget them ----------
+
+    async def create_topic_channel(self, topic: str, channel: str, warnings: Warnings) -> None:
+        await self._on_lookupds("/topic/create", warnings, topic=topic)
+        if channel:
+            await self._on_lookupds("/channel/create", warnings, topic=topic, channel=channel)
+            nodes = await self.topic_nodes(topic, warnings)
+            await self._on_nodes(nodes, "/channel/create", warnings, topic=topic, channel=channel)
+
+    async def topic_action(self, topic: str, action: str, warnings: Warnings) -> None:
+        """``pause``, ``unpause`` or ``empty`` on every nsqd with the topic."""
+        await self._on_nodes(await self.topic_nodes(topic, warnings), f"/topic/{action}", warnings, topic=topic)
+
+    async def channel_action(self, topic: str, channel: str, action: str, warnings: Warnings) -> None:
+        await self._on_nodes(await self.topic_nodes(topic, warnings), f"/channel/{action}", warnings, topic=topic,
+                             channel=channel)
+
+    async def delete_topic(self, topic: str, warnings: Warnings) -> None:
+        nodes = await self.topic_nodes(topic, warnings)
+        await self._on_lookupds("/topic/delete", warnings, topic=topic)
+        await self._on_nodes(nodes, "/topic/delete", warnings, topic=topic)
+
+    async def delete_channel(self, topic: str, channel: str, warnings: Warnings) -> None:
+        nodes = await self.topic_nodes(topic, warnings)
+        await self._on_lookupds("/channel/delete", warnings, topic=topic, channel=channel)
+        await self._on_nodes(nodes, "/channel/delete", warnings, topic=topic, channel=channel)
+
+    async def tombstone(self, address: str, topic: str, warnings: Warnings) -> None:
+        """Tombstones the topic for one node on every lookupd (consumers stop finding it there), then deletes the
+        topic on that node."""
+        await self._on_lookupds("/topic/tombstone", warnings, topic=topic, node=address)
+        await self._on_nodes([Node(address, "")], "/topic/delete", warnings, topic=topic)
+
+    async def _on_lookupds(self, path: str, warnings: Warnings, **query: str) -> None:
+        await self.upstream.each((self.upstream.post(address, path, **query) for address in self.lookupd_addresses),
+                                 warnings)
+
+    async def _on_nodes(self, nodes: list[Node], path: str, warnings: Warnings, **query: Any) -> None:
+        await self.upstream.each((self.upstream.post(node.address, path, **query) for node in nodes), warnings)

@@ -1,0 +1,74 @@
+"""nsqadmin's options: NSQ's flags and defaults (durations in seconds), and this admin's additions (history, data
+path). Graphite and statsd flags are accepted for compatibility: the admin draws its charts from its own history
+instead."""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+from dataclasses import dataclass
+
+from shared.addresses import split_host_port
+from shared.flags import FlagError, option
+from shared.program import ProgramOptions
+
+
+@dataclass
+class Options(ProgramOptions):
+    log_prefix: str = option("[nsqadmin] ", "log message prefix")
+    http_address: str = option("0.0.0.0:4171", "<addr>:<port> to listen on for HTTP clients")
+    base_path: str = option("/", "URL base path")
+    nsqlookupd_http_addresses: list[str] = option(
+        [], "lookupd HTTP address (may be given multiple times)", flag="lookupd-http-address")
+    nsqd_http_addresses: list[str] = option(
+        [], "nsqd HTTP address (may be given multiple times)", flag="nsqd-http-address")
+    http_client_connect_timeout: float = option(2.0, "timeout for HTTP connect", kind="duration")
+    http_client_request_timeout: float = option(5.0, "timeout for HTTP request", kind="duration")
+    allow_config_from_cidr: str = option("127.0.0.1/8", "A CIDR from which to allow HTTP requests to the /config "
+                                                        "endpoint")
+    notification_http_endpoint: str = option("", "HTTP endpoint (fully qualified) to which POST notifications of "
+                                                 "admin actions will be sent")
+    acl_http_header: str = option("X-Forwarded-User", "HTTP header to check for authenticated admin users")
+    admin_users: list[str] = option([], "admin user (may be given multiple times; if specified, only these users "
+                                        "will be able to perform privileged actions)", flag="admin-user")
+    data_path: str = option("", "path to store the history and audit database (default: current directory)")
+    history_interval: float = option(10.0, "how often to sample topic and channel counters for the charts "
+                                           "(0 to disable)", kind="duration")
+    history_retention: float = option(7 * 24 * 3600.0, "how long to keep samples and audit entries",
+                                      kind="duration")
+    # accepted so that nsqadmin command lines keep working; charts come from the history above
+    graphite_url: str = option("", "graphite HTTP address (not used: charts come from the admin's history)")
+    proxy_graphite: bool = option(False, "proxy HTTP requests to graphite (not used)")
+    statsd_counter_format: str = option("stats.counters.%s.count", "The counter stats key formatting applied by "
+                                                                   "the implementation of statsd (not used)")
+    statsd_gauge_format: str = option("stats.gauges.%s", "The gauge stats key formatting applied by the "
+                                                         "implementation of statsd (not used)")
+    statsd_prefix: str = option("nsq.%s", "prefix used for keys sent to statsd (not used)")
+    statsd_interval: float = option(60.0, "time interval nsqd is configured to push to statsd (not used)",
+                                    kind="duration")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.nsqlookupd_http_addresses and self.nsqd_http_addresses:
+            raise FlagError("use --nsqd-http-address or --lookupd-http-address not both")
+        if not self.nsqlookupd_http_addresses and not self.nsqd_http_addresses:
+            raise FlagError("--nsqd-http-address or --lookupd-http-address required")
+        for address in (*self.nsqlookupd_http_addresses, *self.nsqd_http_addresses, self.http_address):
+            try:
+                split_host_port(address)
+            except ValueError as error:
+                raise FlagError(f"invalid address {address!r}: {error}") from None
+        if self.allow_config_from_cidr:
+            try:
+                ipaddress.ip_network(self.allow_config_from_cidr, strict=False)
+            except ValueError:
+                raise FlagError(f"--allow-config-from-cidr: invalid CIDR {self.allow_config_from_cidr!r}") from None
+        if self.history_interval < 0 or self.history_retention <= 0:
+            raise FlagError("--history-interval must be >= 0 and --history-retention > 0")
+        self.base_path = normalize_base_path(self.base_path)
+
+
+def normalize_base_path(path: str) -> str:
+    """As nsqadmin: a leading ``/`` and Go's ``path.Clean`` (``//a/./b/`` -> ``/a/b``)."""
+    cleaned = posixpath.normpath("/" + path)
+    return "/" if cleaned in ("/", "//") else cleaned.replace("//", "/")

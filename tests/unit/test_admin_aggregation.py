@@ -1,0 +1,140 @@
+"""The admin's cluster view from canned answers: NSQ 1.3's nsqd and lookupd (with the nsqadmin answers captured
+beside them) and our own nsqd's /stats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from services.admin import aggregation
+
+REFERENCE = Path(__file__).resolve().parent.parent / "reference"
+NODE_A, NODE_B = "127.0.0.1:14151", "127.0.0.1:14251"
+# the nsqadmin samples were captured 20 s after the clients connected (connect_ts 1795316034)
+CAPTURED_AT = 1795316054
+
+
+def load(name: str) -> Any:
+    return json.loads((REFERENCE / name).read_text())
+
+
+def both_nodes(now: float = CAPTURED_AT, clients: bool = True) -> list[dict[str, Any]]:
+    """Per-node rows of the two nsqd behind the nsqadmin samples."""
+    answers = [(NODE_A, load("nsqd_stats_with_tcp_producer.json")), (NODE_B, load("nsqd2_stats.json"))]
+    rows = []
+    for node, stats in answers:
+        if not clients:
+            for topic in stats["topics"]:
+                for channel in topic["channels"]:
+                    channel["clients"] = None  # what include_clients=false answers
+        rows += aggregation.node_topics(node, "vm", stats, now)
+    return rows
+
+
+def by_node(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # nsqadmin sorts by hostname only, so the order of two nodes on one host is arbitrary
+    return sorted(rows, key=lambda row: row["node"])
+
+
+def test_channel_matches_nsqadmin() -> None:
+    rows = [channel for topic in both_nodes() for channel in topic["channels"]]
+    ours = aggregation.aggregate_channel("sample_topic", "sample_channel", rows)
+    theirs = load("nsqadmin_api_channel.json")
+    del theirs["message"]
+    ours["nodes"], theirs["nodes"] = by_node(ours["nodes"]), by_node(theirs["nodes"])
+    assert ours == theirs
+
+
+def test_topic_matches_nsqadmin() -> None:
+    ours = aggregation.aggregate_topic("sample_topic", both_nodes(clients=False))
+    theirs = load("nsqadmin_api_topic.json")
+    top_level = {key for key in theirs if key not in ("nodes", "channels", "message")}
+    assert {key: ours[key] for key in top_level} == {key: theirs[key] for key in top_level}
+    assert (ours["message_count"], ours["depth"], ours["paused"]) == (14, 0, False)
+    # nsqadmin's per-node rows, channels aside (it sums into the first node's channel object in place)
+    strip = [{key: value for key, value in row.items() if key != "channels"} for row in by_node(theirs["nodes"])]
+    assert [{key: value for key, value in row.items() if key != "channels"} for row in ours["nodes"]] == strip
+    [channel] = ours["channels"]
+    [their_channel] = theirs["channels"]
+    for key in ("depth", "in_flight_count", "deferred_count", "requeue_count", "timeout_count", "message_count",
+                "delivery_msg_count", "global_msg_count", "client_count", "paused", "clients"):
+        assert channel[key] == their_channel[key], key
+    assert by_node(channel["nodes"]) == by_node(their_channel["nodes"] + [ours["nodes"][0]["channels"][0]])
+
+
+def test_node_matches_nsqadmin() -> None:
+    stats = load("nsqd_stats.json")
+    ours = aggregation.node_summary(NODE_A, aggregation.node_topics(NODE_A, "vm", stats, 1795316043))
+    theirs = load("nsqadmin_api_node.json")
+    del theirs["message"]
+    assert ours == theirs
+
+
+def test_nodes_match_nsqadmin() -> None:
+    ours = aggregation.merge_nodes([("127.0.0.1:14161", load("lookupd_nodes.json"))])
+    assert ours == load("nsqadmin_api_nodes.json")["nodes"]
+
+
+def test_nodes_merged_across_lookupds_and_out_of_date() -> None:
+    answer = load("lookupd_nodes.json")
+    older = json.loads(json.dumps(answer))
+    older["producers"][1]["version"] = "1.2.1"
+    envelope = {"status_code": 200, "status_txt": "OK", "data": older}
+    rows = aggregation.merge_nodes([("lookupd-a:4161", answer), ("lookupd-b:4161", envelope)])
+    assert len(rows) == 2
+    assert [len(row["remote_addresses"]) for row in rows] == [2, 2]
+    assert rows[0]["remote_addresses"][1] == "lookupd-b:4161/127.0.0.1:60076"
+    # the first answer seen for a node wins (1.3.0 for both here), so nothing is out of date
+    assert not any(row["out_of_date"] for row in rows)
+    rows = aggregation.merge_nodes([("lookupd-b:4161", envelope)])
+    assert [row["out_of_date"] for row in rows] == [False, True]
+
+
+def test_our_nsqd_stats_read() -> None:
+    """Our nsqd omits zero locality counts and lists no clients for an empty channel: both read."""
+    stats = load("ours_nsqd_stats.json")
+    rows = aggregation.node_topics("127.0.0.1:4151", "host", stats, stats["start_time"] + 5)
+    topic = aggregation.aggregate_topic("orders", rows)
+    assert topic["message_count"] == 6
+    audit, billing = topic["channels"]
+    assert (audit["channel_name"], audit["paused"], audit["client_count"]) == ("audit", True, 0)
+    assert (billing["message_count"], billing["client_count"], billing["delivery_msg_count"]) == (6, 1, 6)
+    channel = aggregation.aggregate_channel("orders", "billing", rows[0]["channels"][1:])
+    [client] = channel["clients"]
+    assert client["user_agent"] == "billing/1.0"
+    assert client["node"] == "127.0.0.1:4151"
+    assert client["connected"] == 5 * 1_000_000_000
+    assert aggregation.counter_stats(rows) == {
+        "orders:audit:127.0.0.1:4151": {"node": "127.0.0.1:4151", "topic_name": "orders", "channel_name": "audit",
+                                        "message_count": 0},
+        "orders:billing:127.0.0.1:4151": {"node": "127.0.0.1:4151", "topic_name": "orders",
+                                          "channel_name": "billing", "message_count": 6}}
+
+
+def test_e2e_merged_across_nodes() -> None:
+    def node(count: int, p99: float, p50: float) -> dict[str, Any]:
+        return aggregation.node_topics("n", "h", {"topics": [{"topic_name": "t", "e2e_processing_latency": {
+            "count": count, "percentiles": [{"quantile": 0.99, "value": p99}, {"quantile": 0.5, "value": p50}]}}]},
+            0)[0]["e2e_processing_latency"]
+
+    merged = aggregation.aggregate_e2e([node(10, 100.0, 10.0), node(30, 200.0, 20.0)], "t", "")
+    assert merged["count"] == 40
+    p99, p50 = merged["percentiles"]
+    assert (p99["quantile"], p99["min"], p99["max"], p99["average"], p99["count"]) == (0.99, 100.0, 200.0, 175.0, 40)
+    assert (p50["min"], p50["max"], p50["average"]) == (10.0, 20.0, 17.5)
+    empty = aggregation.aggregate_e2e([], "t", "c")
+    assert empty == {"count": 0, "percentiles": None, "topic": "t", "channel": "c", "host": "*"}
+
+
+def test_producers_deduplicated_by_http_address() -> None:
+    answer = load("lookupd_lookup.json")
+    producers = aggregation.merge_producers([answer, answer, {"channels": [], "producers": None}])
+    assert [aggregation.node_address(producer) for producer in producers] == [NODE_A, NODE_B]
+
+
+def test_node_row_from_nsqd_given_directly() -> None:
+    row = aggregation.nsqd_node_row(load("nsqd_info.json"), load("nsqd_stats.json"))
+    assert row["topics"] == [{"topic": "sample_topic", "tombstoned": False}]
+    assert row["version"] == "1.3.0"
+    assert isinstance(row["http_port"], int)
