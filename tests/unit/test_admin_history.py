@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiosqlite
+import pytest
+
+from services.admin.history import History, Sample, rates, samples_from_stats
+from services.admin.store import SCHEMA_VERSION, StoreError, open_store
+
+REFERENCE = Path(__file__).parent.parent / "reference"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[aiosqlite.Connection]:
+    connection = await open_store(str(tmp_path / "admin.db"))
+    yield connection
+    await connection.close()
+
+
+def test_samples_from_the_reference_topic() -> None:
+    topic = json.loads((REFERENCE / "nsqadmin_api_topic.json").read_text())
+    assert samples_from_stats([topic]) == [("sample_topic", "", 0, 14, 0),
+                                           ("sample_topic", "sample_channel", 0, 14, 0)]
+
+
+def test_topic_in_flight_is_the_sum_of_its_channels() -> None:
+    topic = {"topic_name": "t", "depth": 7, "message_count": 100, "channels": [
+        {"channel_name": "a", "depth": 3, "message_count": 90, "in_flight_count": 2},
+        {"channel_name": "b", "depth": 4, "message_count": 80, "in_flight_count": 5}]}
+    bare = {"topic_name": "u", "depth": 1, "message_count": 1, "channels": []}
+    assert samples_from_stats([topic, bare]) == [("t", "", 7, 100, 7), ("t", "a", 3, 90, 2), ("t", "b", 4, 80, 5),
+                                                 ("u", "", 1, 1, 0)]
+
+
+def test_rates_skip_a_counter_reset() -> None:
+    samples = [Sample(0.0, 0, 100, 0), Sample(10.0, 0, 150, 0), Sample(20.0, 0, 30, 0), Sample(30.0, 0, 50, 0),
+               Sample(30.0, 0, 60, 0), Sample(35.0, 0, 60, 0)]
+    assert rates(samples) == [(10.0, 5.0), (30.0, 2.0), (35.0, 0.0)]
+    assert rates([]) == [] and rates(samples[:1]) == []
+
+
+async def test_record_series_prune(store: aiosqlite.Connection) -> None:
+    history = History(store)
+    await history.record(10.0, [("t", "", 5, 100, 1), ("t", "c", 2, 90, 1)])
+    await history.record(20.0, [("t", "", 6, 120, 0), ("t", "c", 3, 95, 0), ("u", "", 0, 1, 0)])
+    assert await history.series("t", "", 0.0) == [Sample(10.0, 5, 100, 1), Sample(20.0, 6, 120, 0)]
+    assert await history.series("t", "c", 15.0) == [Sample(20.0, 3, 95, 0)]
+    assert await history.series("missing", "", 0.0) == []
+    assert await history.prune(20.0) == 2
+    assert await history.series("t", "", 0.0) == [Sample(20.0, 6, 120, 0)]
+    assert await history.prune(20.0) == 0
+
+
+async def test_a_days_series_is_downsampled_keeping_the_newest(store: aiosqlite.Connection) -> None:
+    history = History(store)
+    await store.executemany("INSERT INTO samples VALUES (?, 't', '', 0, ?, 0)", [(i * 10.0, i) for i in range(8640)])
+    await store.commit()
+    series = await history.series("t", "", 0.0, max_points=360)
+    assert 300 < len(series) <= 360
+    assert series[-1] == Sample(86390.0, 0, 8639, 0)
+    assert [s.ts for s in series] == sorted(s.ts for s in series)
+    # each bucket keeps its last sample, so the rate through the buckets is still 0.1 message/s
+    assert {round(rate, 9) for _, rate in rates(series)} == {0.1}
+    assert len(await history.series("t", "", 86000.0, max_points=360)) == 40
+    assert await history.series("t", "", 0.0, max_points=1) == [Sample(86390.0, 0, 8639, 0)]
+    with pytest.raises(ValueError):
+        await history.series("t", "", 0.0, max_points=0)
+
+
+async def test_samples_at_one_instant_downsample_to_one(store: aiosqlite.Connection) -> None:
+    history = History(store)
+    await history.record(5.0, [("t", "", i, i, 0) for i in range(5)])
+    assert len(await history.series("t", "", 0.0, max_points=2)) == 1
+
+
+async def test_reopening_keeps_the_data(tmp_path: Path) -> None:
+    path = str(tmp_path / "admin.db")
+    connection = await open_store(path)
+    await History(connection).record(1.0, [("t", "", 1, 2, 3)])
+    await connection.close()
+    connection = await open_store(path)
+    try:
+        assert await History(connection).series("t", "", 0.0) == [Sample(1.0, 1, 2, 3)]
+        async with connection.execute("PRAGMA user_version") as cursor:
+            assert await cursor.fetchone() == (SCHEMA_VERSION,)
+        async with connection.execute("PRAGMA journal_mode") as cursor:
+            assert await cursor.fetchone() == ("wal",)
+    finally:
+        await connection.close()
+
+
+async def test_a_garbage_file_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "admin.db"
+    path.write_bytes(b"this is not an sqlite database\n" * 200)
+    with pytest.raises(StoreError, match=f"cannot open {path}: file is not a database"):
+        await open_store(str(path))
+
+
+async def test_a_missing_directory_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="cannot open .*missing"):
+        await open_store(str(tmp_path / "missing" / "admin.db"))
+
+
+async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "admin.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    connection.close()
+    with pytest.raises(StoreError, match="newer"):
+        await open_store(str(path))
