@@ -31,9 +31,10 @@ class NSQDProcess:
     def http_url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.http_port}{path}"
 
-    def http(self, method: str, path: str, body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+    def http(self, method: str, path: str, body: bytes | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
         """One HTTP request; returns status, headers and body whatever the status."""
-        request = urllib.request.Request(self.http_url(path), data=body, method=method)
+        request = urllib.request.Request(self.http_url(path), data=body, method=method, headers=headers or {})
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status, dict(response.headers), response.read()
@@ -66,24 +67,33 @@ class NSQDProcess:
 def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15) -> NSQDProcess:
     """``nsqd`` on 127.0.0.1 with ports chosen by the kernel; ``args`` are extra flags."""
     extra = [f"--data-path={data_path}"] if data_path is not None else []
-    return _start("services.nsqd", [*args, *extra], timeout)
+    return _start("services.nsqd", [*_TCP_AND_HTTP, *args, *extra], ("TCP", "HTTP"), timeout)
 
 
 def start_lookupd(*args: str, timeout: float = 15) -> NSQDProcess:
     """``nsqlookupd`` on 127.0.0.1 with ports chosen by the kernel; ``args`` are extra flags."""
-    return _start("services.lookupd", list(args), timeout)
+    return _start("services.lookupd", [*_TCP_AND_HTTP, *args], ("TCP", "HTTP"), timeout)
 
 
-def _start(module: str, args: list[str], timeout: float) -> NSQDProcess:
-    command = [sys.executable, "-m", module, "--tcp-address=127.0.0.1:0",
-               "--http-address=127.0.0.1:0", "--broadcast-address=127.0.0.1", *args]
+def start_admin(*args: str, data_path: Path, timeout: float = 15) -> NSQDProcess:
+    """``nsqadmin`` on 127.0.0.1 with a port chosen by the kernel (``tcp_port`` stays 0); ``args`` are extra
+    flags, at least one ``--lookupd-http-address`` or ``--nsqd-http-address``."""
+    return _start("services.admin", ["--http-address=127.0.0.1:0", f"--data-path={data_path}", *args], ("HTTP",),
+                  timeout)
+
+
+_TCP_AND_HTTP = ("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", "--broadcast-address=127.0.0.1")
+
+
+def _start(module: str, args: list[str], listeners: tuple[str, ...], timeout: float) -> NSQDProcess:
+    command = [sys.executable, "-m", module, *args]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     ports: dict[str, int] = {}
     lines: list[str] = []
     deadline = time.monotonic() + timeout
     assert process.stdout is not None
-    while len(ports) < 2 and time.monotonic() < deadline:
+    while len(ports) < len(listeners) and time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
             break
@@ -91,8 +101,8 @@ def _start(module: str, args: list[str], timeout: float) -> NSQDProcess:
         match = _LISTENING.search(line)
         if match:
             ports[match.group(1)] = int(match.group(3))
-    if len(ports) < 2:
+    if len(ports) < len(listeners):
         process.kill()
         process.wait()
         raise RuntimeError(f"{module} did not start:\n" + "\n".join(lines))
-    return NSQDProcess(process, ports["TCP"], ports["HTTP"], lines)
+    return NSQDProcess(process, ports.get("TCP", 0), ports["HTTP"], lines)

@@ -1,0 +1,342 @@
+"""The admin's HTTP app: nsqadmin's JSON API under ``/api`` (same routes, bodies, error codes and shapes),
+``/ping``, ``/config/:opt``, ``/metrics``, and the pages (``web_ui``). Every route sits under ``--base-path``.
+
+Reads answer 502 ``UPSTREAM_ERROR: ...`` when every host failed and 200 with ``"message": "WARNING: ..."`` when some
+did. Actions need an admin (``--admin-user`` via ``--acl-http-header``; everyone when no admin is configured) and
+are written to the audit log, with nsqadmin's notification, whatever their outcome.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from aiohttp import web
+
+from shared.http_api import Handler, HTTPError, json_response, nsq_errors, redirect_fixed_paths
+from shared.names import is_valid_channel_name, is_valid_topic_name
+from shared.runtime_config import address_list, option_value, set_log_level
+
+from . import web_ui
+from .audit import AuditEntry
+from .upstream import UpstreamError, Warnings
+
+if TYPE_CHECKING:
+    from .admin import NSQAdmin
+
+log = logging.getLogger("nsqadmin")
+
+ADMIN_KEY: web.AppKey[NSQAdmin] = web.AppKey("nsqadmin")
+TOPIC_ACTIONS = ("pause", "unpause", "empty")
+_CONFIG_BODY_LIMIT = 1024 * 1024
+
+
+def build_app(admin: NSQAdmin) -> web.Application:
+    app = web.Application(middlewares=[measure_requests, compress, nsq_errors(log), upstream_errors,
+                                       redirect_fixed_paths])
+    app[ADMIN_KEY] = admin
+    prefix = admin.opts.base_path.rstrip("/")
+    gets: list[tuple[str, Handler]] = [
+        ("/ping", ping), ("/metrics", metrics), ("/config/{opt}", get_config),
+        ("/api/topics", api_topics), ("/api/topics/{topic}", api_topic),
+        ("/api/topics/{topic}/{channel}", api_channel), ("/api/nodes", api_nodes), ("/api/nodes/{node}", api_node),
+        ("/api/counter", api_counter), ("/api/audit", api_audit),
+        ("/api/history/{topic}", api_history), ("/api/history/{topic}/{channel}", api_history)]
+    for path, handler in gets + web_ui.routes():
+        app.router.add_get(prefix + path, handler, allow_head=False)
+    if prefix:
+        app.router.add_get(prefix, web_ui.topics_page, allow_head=False)
+    app.router.add_put(prefix + "/config/{opt}", put_config)
+    app.router.add_post(prefix + "/api/topics", create_topic_channel)
+    app.router.add_post(prefix + "/api/topics/{topic}", topic_action)
+    app.router.add_post(prefix + "/api/topics/{topic}/{channel}", channel_action)
+    app.router.add_delete(prefix + "/api/topics/{topic}", delete_topic)
+    app.router.add_delete(prefix + "/api/topics/{topic}/{channel}", delete_channel)
+    app.router.add_delete(prefix + "/api/nodes/{node}", tombstone_topic)
+    app.router.add_static(prefix + "/static", web_ui.STATIC_DIR)
+    return app
+
+
+def admin_of(request: web.Request) -> NSQAdmin:
+    return request.app[ADMIN_KEY]
+
+
+# --- middlewares -------------------------------------------------------------------------------------------------
+
+@web.middleware
+async def measure_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as error:
+        status = error.status
+        raise
+    finally:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "other"
+        stats = admin_of(request).request_stats
+        count, seconds = stats.get((route, request.method, status), (0, 0.0))
+        stats[(route, request.method, status)] = (count + 1, seconds + time.perf_counter() - started)
+
+
+@web.middleware
+async def compress(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """As nsqadmin: gzip or deflate whenever the client accepts it."""
+    response = await handler(request)
+    if isinstance(response, web.Response) and not isinstance(response, web.FileResponse):
+        response.enable_compression()
+    return response
+
+
+@web.middleware
+async def upstream_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except UpstreamError as error:
+        raise HTTPError(502, f"UPSTREAM_ERROR: {error}") from None
+
+
+# --- reads -------------------------------------------------------------------------------------------------------
+
+def with_message(document: dict[str, Any], warnings: Warnings) -> web.Response:
+    return json_response({**document, "message": warnings.message()})
+
+
+async def ping(request: web.Request) -> web.Response:
+    return web.Response(text="OK")
+
+
+async def api_topics(request: web.Request) -> web.Response:
+    cluster, warnings = admin_of(request).cluster, Warnings()
+    if request.query.get("inactive") == "true":
+        return with_message({"topics": await cluster.inactive_topics(warnings)}, warnings)
+    return with_message({"topics": await cluster.topic_names(warnings)}, warnings)
+
+
+async def api_topic(request: web.Request) -> web.Response:
+    warnings = Warnings()
+    return with_message(await admin_of(request).cluster.topic(request.match_info["topic"], warnings), warnings)
+
+
+async def api_channel(request: web.Request) -> web.Response:
+    warnings, match = Warnings(), request.match_info
+    return with_message(await admin_of(request).cluster.channel(match["topic"], match["channel"], warnings),
+                        warnings)
+
+
+async def api_nodes(request: web.Request) -> web.Response:
+    warnings = Warnings()
+    return with_message({"nodes": await admin_of(request).cluster.nodes(warnings)}, warnings)
+
+
+async def api_node(request: web.Request) -> web.Response:
+    warnings = Warnings()
+    node = await admin_of(request).cluster.node(request.match_info["node"], warnings)
+    if node is None:
+        raise HTTPError(404, "NODE_NOT_FOUND")
+    return with_message(node, warnings)
+
+
+async def api_counter(request: web.Request) -> web.Response:
+    warnings = Warnings()
+    return with_message({"stats": await admin_of(request).cluster.counter(warnings)}, warnings)
+
+
+async def api_audit(request: web.Request) -> web.Response:
+    """The audit log, newest first (``?limit=``, ``?offset=``)."""
+    limit, offset = _int_arg(request, "limit", 200), _int_arg(request, "offset", 0)
+    entries = await admin_of(request).audit.recent(limit, offset)
+    return json_response({"entries": [vars(entry) for entry in entries], "message": ""})
+
+
+async def api_history(request: web.Request) -> web.Response:
+    """The samples behind a topic's or channel's charts: ``?window=`` seconds back (default an hour)."""
+    admin, match = admin_of(request), request.match_info
+    window = _int_arg(request, "window", 3600)
+    samples = await admin.history.series(match["topic"], match.get("channel", ""), time.time() - window)
+    return json_response({"samples": [vars(sample) for sample in samples], "message": ""})
+
+
+def _int_arg(request: web.Request, name: str, default: int) -> int:
+    try:
+        value = int(request.query.get(name, default))
+    except ValueError:
+        raise HTTPError(400, f"INVALID_ARG_{name.upper()}") from None
+    if value < 0:
+        raise HTTPError(400, f"INVALID_ARG_{name.upper()}")
+    return value
+
+
+async def metrics(request: web.Request) -> web.Response:
+    admin = admin_of(request)
+    await admin.snapshot()
+    body, content_type = admin.metrics.render()
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+# --- /config/:opt --------------------------------------------------------------------------------------------------
+
+def _check_config_access(request: web.Request) -> None:
+    cidr = admin_of(request).opts.allow_config_from_cidr
+    if not cidr:
+        return
+    try:
+        address = ipaddress.ip_address(request.remote or "")
+    except ValueError:
+        raise HTTPError(400, "INVALID_REMOTE_ADDR") from None
+    if address not in ipaddress.ip_network(cidr, strict=False):
+        raise HTTPError(403, "FORBIDDEN")
+
+
+async def get_config(request: web.Request) -> web.Response:
+    _check_config_access(request)
+    return json_response(option_value(admin_of(request).opts, request.match_info["opt"], unknown_status=404))
+
+
+async def put_config(request: web.Request) -> web.Response:
+    _check_config_access(request)
+    admin, name = admin_of(request), request.match_info["opt"]
+    body = await request.content.read(_CONFIG_BODY_LIMIT + 1)
+    if not body or len(body) > _CONFIG_BODY_LIMIT:
+        raise HTTPError(413, "INVALID_VALUE")
+    if name == "nsqlookupd_http_addresses":
+        admin.set_lookupd_addresses(address_list(body))
+    elif name == "log_level":
+        set_log_level(admin.opts, "nsqadmin", body)
+    else:
+        raise HTTPError(400, "INVALID_OPTION")
+    return json_response(option_value(admin.opts, name))
+
+
+# --- actions -------------------------------------------------------------------------------------------------------
+
+def user_of(request: web.Request) -> str:
+    return request.headers.get(admin_of(request).opts.acl_http_header, "")
+
+
+def is_admin(request: web.Request) -> bool:
+    admins = admin_of(request).opts.admin_users
+    return not admins or user_of(request) in admins
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read() or b"{}")
+    except ValueError:
+        raise HTTPError(400, "INVALID_BODY") from None
+    if not isinstance(body, dict) or not all(isinstance(value, str) for value in body.values()):
+        raise HTTPError(400, "INVALID_BODY")
+    return body
+
+
+def _topic(name: str) -> str:
+    if not is_valid_topic_name(name):
+        raise HTTPError(400, "INVALID_TOPIC")
+    return name
+
+
+def _channel(name: str) -> str:
+    if not is_valid_channel_name(name):
+        raise HTTPError(400, "INVALID_CHANNEL")
+    return name
+
+
+async def _act(request: web.Request, action: str, topic: str, channel: str, node: str,
+               perform: Callable[[Warnings], Awaitable[None]]) -> web.Response:
+    """Runs an action for an admin, then audits and notifies it (also when it failed)."""
+    warnings = Warnings()
+    result = "ok"
+    try:
+        await perform(warnings)
+        result = warnings.message() or "ok"
+    except UpstreamError as error:
+        result = f"UPSTREAM_ERROR: {error}"
+        raise
+    finally:
+        await _record(request, action, topic, channel, node, result)
+    return json_response({"message": warnings.message()})
+
+
+async def _record(request: web.Request, action: str, topic: str, channel: str = "", node: str = "",
+                  result: str = "ok") -> None:
+    entry = AuditEntry(ts=time.time(), user=user_of(request), remote_ip=_remote_address(request),
+                       user_agent=request.headers.get("User-Agent", ""), action=action, topic=topic,
+                       channel=channel, node=node, result=result)
+    await admin_of(request).record_action(entry, str(request.url))
+
+
+def _remote_address(request: web.Request) -> str:
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    return f"{peer[0]}:{peer[1]}" if peer else request.remote or ""
+
+
+def _require_admin(request: web.Request) -> None:
+    if not is_admin(request):
+        raise HTTPError(403, "FORBIDDEN")
+
+
+async def create_topic_channel(request: web.Request) -> web.Response:
+    _require_admin(request)
+    body = await _body(request)
+    topic = _topic(body.get("topic", ""))
+    channel = body.get("channel", "")
+    if channel:
+        _channel(channel)
+    cluster = admin_of(request).cluster
+    response = await _act(request, "create_topic", topic, "", "",
+                          lambda warnings: cluster.create_topic_channel(topic, channel, warnings))
+    if channel:
+        await _record(request, "create_channel", topic, channel)  # nsqadmin reports it as a second action
+    return response
+
+
+async def topic_action(request: web.Request) -> web.Response:
+    _require_admin(request)
+    topic = _topic(request.match_info["topic"])
+    action = (await _body(request)).get("action", "")
+    if action not in TOPIC_ACTIONS:
+        raise HTTPError(400, "INVALID_ACTION")
+    cluster = admin_of(request).cluster
+    return await _act(request, f"{action}_topic", topic, "", "",
+                      lambda warnings: cluster.topic_action(topic, action, warnings))
+
+
+async def channel_action(request: web.Request) -> web.Response:
+    _require_admin(request)
+    topic, channel = _topic(request.match_info["topic"]), _channel(request.match_info["channel"])
+    action = (await _body(request)).get("action", "")
+    if action not in TOPIC_ACTIONS:
+        raise HTTPError(400, "INVALID_ACTION")
+    cluster = admin_of(request).cluster
+    return await _act(request, f"{action}_channel", topic, channel, "",
+                      lambda warnings: cluster.channel_action(topic, channel, action, warnings))
+
+
+async def delete_topic(request: web.Request) -> web.Response:
+    _require_admin(request)
+    topic, cluster = _topic(request.match_info["topic"]), admin_of(request).cluster
+    return await _act(request, "delete_topic", topic, "", "",
+                      lambda warnings: cluster.delete_topic(topic, warnings))
+
+
+async def delete_channel(request: web.Request) -> web.Response:
+    _require_admin(request)
+    topic, channel = _topic(request.match_info["topic"]), _channel(request.match_info["channel"])
+    cluster = admin_of(request).cluster
+    return await _act(request, "delete_channel", topic, channel, "",
+                      lambda warnings: cluster.delete_channel(topic, channel, warnings))
+
+
+async def tombstone_topic(request: web.Request) -> web.Response:
+    _require_admin(request)
+    node = request.match_info["node"]
+    topic = _topic((await _body(request)).get("topic", ""))
+    cluster = admin_of(request).cluster
+    return await _act(request, "tombstone_topic_producer", topic, "", node,
+                      lambda warnings: cluster.tombstone(node, topic, warnings))

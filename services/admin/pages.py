@@ -1,0 +1,79 @@
+"""The admin's server-rendered pages: the jinja2 environment, the URL helper that applies ``--base-path``, and the
+filters the templates format numbers with (named and behaving like nsqadmin's template helpers).
+
+Templates only format what the routes hand them (the ``/api/...`` JSON shapes); autoescaping is on and an undefined
+name is an error rather than an empty string, so a renamed field fails a test instead of blanking a column.
+"""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+_NANOS_PER_SECOND = 1_000_000_000
+
+
+class Pages:
+    """Renders the templates in ``services/admin/templates`` for one base path and version."""
+
+    def __init__(self, base_path: str, version: str) -> None:
+        self.base_path = base_path
+        self.env = Environment(loader=PackageLoader("services.admin", "templates"), autoescape=True,
+                               undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+        self.env.globals.update(url=self.url, version=version)
+        self.env.filters.update(commafy=commafy, duration_ns=duration_ns, percent=percent,
+                                nanos_to_human=nanos_to_human, urlpart=urlpart, datetime=format_datetime)
+
+    def url(self, path: str) -> str:
+        """``path`` (absolute within the admin) under the base path: ``/topics`` -> ``/admin/topics``."""
+        if not path.startswith("/"):
+            path = "/" + path
+        return self.base_path.rstrip("/") + path
+
+    def render(self, template: str, **context: object) -> str:
+        return self.env.get_template(template).render(**context)
+
+
+def commafy(value: object) -> str:
+    """``1234567`` -> ``1,234,567``; a missing value counts as 0, as in nsqadmin."""
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.2f}"
+    if isinstance(value, (int, float)):
+        return f"{int(value):,}"
+    return "0" if value is None or value == "" else str(value)
+
+
+def duration_ns(nanos: float) -> str:
+    """A Go duration in nanoseconds as Go prints whole seconds: ``1h2m3s``, ``4m0s``, ``20s``."""
+    if nanos < _NANOS_PER_SECOND:
+        return "0s" if nanos <= 0 else nanos_to_human(nanos)
+    minutes, seconds = divmod(int(nanos // _NANOS_PER_SECOND), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes}m{seconds}s"
+    return f"{minutes}m{seconds}s" if minutes else f"{seconds}s"
+
+
+def nanos_to_human(nanos: float) -> str:
+    """An e2e latency as nsqadmin's server templates printed it: one decimal, the largest unit that fits."""
+    for size, suffix in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if nanos >= size:
+            return f"{nanos / size:.1f}{suffix}"
+    return f"{float(nanos):.1f}ns"
+
+
+def percent(fraction: float) -> str:
+    """``0.99`` -> ``99%``, ``0.999`` -> ``99.9%`` (quantiles and shares are fractions in the JSON)."""
+    return f"{round(fraction * 100, 2):g}%"
+
+
+def urlpart(segment: object) -> str:
+    """One path segment percent-encoded (``#ephemeral`` topics, ``/`` never passes); ``host:port`` stays readable."""
+    return quote(str(segment), safe=":@")
+
+
+def format_datetime(ts: float) -> str:
+    """Unix seconds as local ``YYYY-MM-DD HH:MM:SS``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))

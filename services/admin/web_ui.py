@@ -1,0 +1,159 @@
+"""The admin's pages: each route reads the cluster the way its ``/api`` twin does and hands the same JSON to a
+template. A request with ``X-Live-Fragment: 1`` (the pages' refresh script) gets only the live part of the page.
+
+A read where every host failed renders the error page with 502; partial failures show as the warning banner.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from markupsafe import Markup
+
+from .charts import line_chart_svg
+from .history import rates
+from .upstream import UpstreamError, Warnings
+
+if TYPE_CHECKING:
+    from shared.http_api import Handler
+
+    from .admin import NSQAdmin
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+CHART_WINDOWS = {"1h": 3600, "24h": 24 * 3600}
+
+
+def routes() -> list[tuple[str, Handler]]:
+    return [("/", topics_page), ("/topics", topics_page), ("/topics/{topic}", topic_page),
+            ("/topics/{topic}/{channel}", channel_page), ("/nodes", nodes_page), ("/nodes/{node}", node_page),
+            ("/counter", counter_page), ("/lookup", lookup_page), ("/audit", audit_page)]
+
+
+def _admin(request: web.Request) -> NSQAdmin:
+    from .http_api import admin_of
+
+    return admin_of(request)
+
+
+def _render(request: web.Request, template: str, active: str, title: str, warnings: Warnings,
+            status: int = 200, **context: Any) -> web.Response:
+    from .http_api import is_admin, user_of
+
+    admin = _admin(request)
+    text = admin.pages.render(template, active=active, title=title, is_admin=is_admin(request),
+                              user=user_of(request), message=warnings.message(),
+                              lookupd_addresses=admin.cluster.lookupd_addresses,
+                              fragment=request.headers.get("X-Live-Fragment") == "1", **context)
+    return web.Response(text=text, content_type="text/html", charset="utf-8", status=status)
+
+
+def _error_page(request: web.Request, active: str, error: UpstreamError) -> web.Response:
+    return _render(request, "error.html", active, "Error", Warnings(), status=502, error=f"UPSTREAM_ERROR: {error}")
+
+
+async def topics_page(request: web.Request) -> web.Response:
+    admin, warnings = _admin(request), Warnings()
+    try:
+        topics = await admin.cluster.topic_names(warnings)
+    except UpstreamError as error:
+        return _error_page(request, "topics", error)
+    return _render(request, "topics.html", "topics", "Topics", warnings, topics=topics,
+                   rates=await _latest_rates(admin, topics))
+
+
+async def topic_page(request: web.Request) -> web.Response:
+    admin, warnings, topic_name = _admin(request), Warnings(), request.match_info["topic"]
+    try:
+        topic = await admin.cluster.topic(topic_name, warnings)
+    except UpstreamError as error:
+        return _error_page(request, "topics", error)
+    window = _window(request)
+    charts = await _charts(admin, topic_name, "", CHART_WINDOWS[window])
+    return _render(request, "topic.html", "topics", topic_name, warnings, topic=topic, charts=charts,
+                   chart_window=window)
+
+
+async def channel_page(request: web.Request) -> web.Response:
+    admin, warnings, match = _admin(request), Warnings(), request.match_info
+    try:
+        channel = await admin.cluster.channel(match["topic"], match["channel"], warnings)
+    except UpstreamError as error:
+        return _error_page(request, "topics", error)
+    window = _window(request)
+    charts = await _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window])
+    return _render(request, "channel.html", "topics", f"{match['topic']}/{match['channel']}", warnings,
+                   channel=channel, charts=charts, chart_window=window)
+
+
+async def nodes_page(request: web.Request) -> web.Response:
+    admin, warnings = _admin(request), Warnings()
+    try:
+        nodes = await admin.cluster.nodes(warnings)
+    except UpstreamError as error:
+        return _error_page(request, "nodes", error)
+    return _render(request, "nodes.html", "nodes", "Nodes", warnings, nodes=nodes,
+                   lookupd_count=len(admin.cluster.lookupd_addresses))
+
+
+async def node_page(request: web.Request) -> web.Response:
+    admin, warnings, address = _admin(request), Warnings(), request.match_info["node"]
+    try:
+        node = await admin.cluster.node(address, warnings)
+    except UpstreamError as error:
+        return _error_page(request, "nodes", error)
+    if node is None:
+        return _render(request, "error.html", "nodes", "Error", warnings, status=404,
+                       error=f"NODE_NOT_FOUND: no nsqd at {address}")
+    return _render(request, "node.html", "nodes", address, warnings, node=node)
+
+
+async def counter_page(request: web.Request) -> web.Response:
+    admin, warnings = _admin(request), Warnings()
+    try:
+        stats = await admin.cluster.counter(warnings)
+    except UpstreamError as error:
+        return _error_page(request, "counter", error)
+    return _render(request, "counter.html", "counter", "Counter", warnings,
+                   total=sum(entry["message_count"] for entry in stats.values()))
+
+
+async def lookup_page(request: web.Request) -> web.Response:
+    admin, warnings = _admin(request), Warnings()
+    try:
+        inactive = await admin.cluster.inactive_topics(warnings)
+    except UpstreamError as error:
+        return _error_page(request, "lookup", error)
+    return _render(request, "lookup.html", "lookup", "Lookup", warnings, inactive=inactive)
+
+
+async def audit_page(request: web.Request) -> web.Response:
+    entries = await _admin(request).audit.recent()
+    return _render(request, "audit.html", "audit", "Audit log", Warnings(), entries=entries)
+
+
+def _window(request: web.Request) -> str:
+    window = request.query.get("window", "1h")
+    return window if window in CHART_WINDOWS else "1h"
+
+
+async def _charts(admin: NSQAdmin, topic: str, channel: str, seconds: int) -> list[Markup]:
+    samples = await admin.history.series(topic, channel, time.time() - seconds)
+    depth = [(sample.ts, float(sample.depth)) for sample in samples]
+    charts = [line_chart_svg("Rate", rates(samples), unit="msg/s"), line_chart_svg("Depth", depth)]
+    if channel:
+        charts.append(line_chart_svg("In-Flight", [(sample.ts, float(sample.in_flight)) for sample in samples]))
+    return charts
+
+
+async def _latest_rates(admin: NSQAdmin, topics: list[str]) -> dict[str, float]:
+    """Each topic's rate over its last two samples (none until two were taken)."""
+    since = time.time() - 3 * max(admin.opts.history_interval, 1.0)
+    latest = {}
+    for topic in topics:
+        points = rates(await admin.history.series(topic, "", since))
+        if points:
+            latest[topic] = points[-1][1]
+    return latest

@@ -1,0 +1,522 @@
+"""The admin's templates, rendered with contexts built from real nsqadmin answers (tests/reference), and its charts."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from markupsafe import Markup
+
+from services.admin.charts import line_chart_svg
+from services.admin.pages import Pages, commafy, duration_ns, format_datetime, nanos_to_human, percent, urlpart
+
+REFERENCE = Path(__file__).resolve().parent.parent / "reference"
+EVIL = "<script>alert(1)</script>"
+
+
+def reference(name: str) -> Any:
+    return json.loads((REFERENCE / f"nsqadmin_api_{name}.json").read_text())
+
+
+@dataclass
+class Entry:
+    ts: float
+    user: str
+    remote_ip: str
+    user_agent: str
+    action: str
+    topic: str
+    channel: str = ""
+    node: str = ""
+    result: str = "ok"
+
+
+def common(active: str = "topics", **overrides: Any) -> dict[str, Any]:
+    context: dict[str, Any] = {"active": active, "is_admin": True, "user": "", "message": "",
+                               "lookupd_addresses": ["127.0.0.1:14161"], "title": "nsqadmin", "fragment": False}
+    context.update(overrides)
+    return context
+
+
+def page_contexts() -> dict[str, dict[str, Any]]:
+    """One realistic context per template."""
+    counter_total = sum(c["message_count"] for c in reference("topic")["channels"])
+    return {
+        "topics.html": {"topics": reference("topics")["topics"], "rates": {"sample_topic": 1.5}},
+        "topic.html": {"topic": reference("topic"), "charts": [], "chart_window": "1h"},
+        "channel.html": {"channel": reference("channel"), "charts": [], "chart_window": "1h"},
+        "nodes.html": {"nodes": reference("nodes")["nodes"], "lookupd_count": 1},
+        "node.html": {"node": reference("node")},
+        "counter.html": {"total": counter_total},
+        "lookup.html": {"inactive": {"old_topic": ["old_channel"]}},
+        "audit.html": {"entries": [Entry(1_700_000_000.0, "alice", "10.0.0.1:5555", "curl/8", "pause_topic",
+                                         "sample_topic")]},
+        "error.html": {"error": "UPSTREAM_ERROR: Failed to query any nsqlookupd"},
+    }
+
+
+@functools.cache
+def pages(base_path: str) -> Pages:
+    # compiled templates are kept per environment; one per base path keeps the suite fast
+    return Pages(base_path, "1.3.0")
+
+
+def render(template: str, base_path: str = "/", **context: Any) -> str:
+    full = page_contexts()[template]
+    full.update(context)
+    return pages(base_path).render(template, **common(**full))
+
+
+def links(html: str) -> list[str]:
+    return re.findall(r'(?:href|src|data-url|data-redirect)="([^"]*)"', html)
+
+
+# --- every page --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("template", sorted(page_contexts()))
+def test_every_page_has_nav_version_and_live_main(template: str) -> None:
+    html = render(template)
+    assert html.startswith("<!doctype html>")
+    for label in ("Streams", "Nodes", "Counter", "Lookup", "Audit"):
+        assert f">{label}</a>" in html
+    assert "v1.3.0" in html
+    assert '<main id="live"' in html
+    assert '<dialog id="confirm">' in html and 'id="confirm-ok"' in html and ">Cancel<" in html
+
+
+@pytest.mark.parametrize("template", sorted(page_contexts()))
+def test_fragment_is_only_the_inside_of_main(template: str) -> None:
+    full = render(template)
+    fragment = render(template, fragment=True)
+    assert "<html" not in fragment and "<nav class=\"nav\"" not in fragment and "<main" not in fragment
+    assert "<dialog" not in fragment
+    inner = full.split('<main id="live"', 1)[1].split(">", 1)[1].rsplit("</main>", 1)[0]
+    assert fragment.strip() == inner.strip()
+
+
+@pytest.mark.parametrize("template", sorted(page_contexts()))
+def test_base_path_prefixes_every_link_and_asset(template: str) -> None:
+    html = render(template, base_path="/admin", charts=[line_chart_svg("Depth", [(0, 1), (60, 2)])])
+    found = links(html)
+    assert found
+    for link in found:
+        assert link.startswith("/admin/") or link.startswith("?window="), link
+    assert 'href="/admin/static/admin.css"' in html and 'src="/admin/static/admin.js"' in html
+
+
+@pytest.mark.parametrize("template", sorted(page_contexts()))
+def test_root_base_path_links_are_not_doubled(template: str) -> None:
+    for link in links(render(template)):
+        assert not link.startswith("//"), link
+
+
+@pytest.mark.parametrize("template", sorted(page_contexts()))
+def test_message_shows_the_warning_banner(template: str) -> None:
+    html = render(template, message="WARNING: 1 of 2 nsqlookupd failed")
+    assert '<div class="banner banner-warning" role="status">WARNING: 1 of 2 nsqlookupd failed</div>' in html
+    assert "banner-warning" not in render(template)
+
+
+@pytest.mark.parametrize("template", sorted(page_contexts()))
+def test_non_admins_get_no_action_buttons(template: str) -> None:
+    html = render(template, is_admin=False)
+    assert "data-method" not in html
+    assert "create-form" not in html
+
+
+def test_admins_get_confirmed_action_buttons() -> None:
+    for template in ("topic.html", "channel.html", "node.html", "lookup.html"):
+        buttons = re.findall(r"<button [^>]*data-method=[^>]*>", render(template))
+        assert buttons, template
+        assert all("data-confirm=" in button for button in buttons), template
+
+
+def test_active_nav_item_is_marked() -> None:
+    html = render("nodes.html", active="nodes")
+    assert '<a href="/nodes" class="active" aria-current="page">Nodes</a>' in html
+
+
+def test_user_is_shown() -> None:
+    assert '<span class="user" title="signed in user">alice</span>' in render("topics.html", user="alice")
+
+
+# --- topics --------------------------------------------------------------------------------------------------------
+
+def test_topics_lists_links_and_rates() -> None:
+    html = render("topics.html", topics=["sample_topic", "other"], rates={"sample_topic": 1234.5})
+    assert '<a href="/topics/sample_topic">sample_topic</a>' in html
+    assert "1234.50" in html
+    assert "–" in html  # no history yet for "other"
+
+
+def test_topics_empty() -> None:
+    assert "No Topics Found" in render("topics.html", topics=[], rates={})
+
+
+def test_hostile_topic_name_is_escaped() -> None:
+    html = render("topics.html", topics=[EVIL], rates={})
+    assert EVIL not in html and "&lt;script&gt;" in html
+    topic = reference("topic")
+    topic["topic_name"] = EVIL
+    html = render("topic.html", topic=topic)
+    assert EVIL not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "/api/topics/%3Cscript%3Ealert%281%29%3C%2Fscript%3E" in html
+
+
+# --- topic --------------------------------------------------------------------------------------------------------
+
+def test_topic_page_shows_totals_nodes_and_channels() -> None:
+    html = render("topic.html")
+    assert "Topic Message Queue" in html and "Channel Message Queues" in html
+    assert '<td class="num">14</td>' in html  # total messages across both nodes
+    assert '<td class="num">11</td>' in html and '<td class="num">3</td>' in html
+    assert '<a href="/topics/sample_topic/sample_channel">sample_channel</a>' in html
+    assert 'href="/nodes/127.0.0.1:14151"' in html and 'href="/nodes/127.0.0.1:14251"' in html
+    assert "vm:14151" in html
+    assert '<a href="/">Streams</a>' in html  # breadcrumb
+
+
+def test_topic_admin_buttons() -> None:
+    html = render("topic.html")
+    assert ">Empty Queue</button>" in html and ">Delete Topic</button>" in html and ">Pause Topic</button>" in html
+    assert 'data-body=\'{"action": "pause"}\'' in html
+    assert 'data-confirm="Are you sure you want to pause sample_topic?"' in html
+    assert 'data-redirect="/"' in html
+    tombstone = re.search(r'<button [^>]*data-url="/api/nodes/127.0.0.1:14151"[^>]*>', html)
+    assert tombstone and 'data-method="DELETE"' in tombstone[0] and '{"topic": "sample_topic"}' in tombstone[0]
+
+
+def test_paused_topic_offers_unpause() -> None:
+    topic = reference("topic")
+    topic["paused"] = True
+    topic["nodes"][0]["paused"] = True
+    html = render("topic.html", topic=topic)
+    assert ">UnPause Topic</button>" in html and ">Pause Topic</button>" not in html
+    assert html.count('<span class="label label-paused">paused</span>') == 2
+
+
+def test_topic_without_producers_points_to_lookup() -> None:
+    topic = reference("topic")
+    topic.update(nodes=[], channels=[])
+    html = render("topic.html", topic=topic)
+    assert "No producers exist for this topic" in html
+    assert '<a href="/lookup">Lookup</a>' in html
+    assert "data-method" not in html
+
+
+def test_topic_without_channels_notice() -> None:
+    topic = reference("topic")
+    topic["channels"] = []
+    html = render("topic.html", topic=topic)
+    assert "No channels exist for this topic. Messages will queue at the topic until a channel is created." in html
+
+
+def test_topic_e2e_percentiles() -> None:
+    topic = reference("topic")
+    percentiles = [{"quantile": 0.99, "average": 1_500_000, "min": 1_000_000, "max": 2_000_000, "count": 2},
+                   {"quantile": 0.5, "average": 800_000, "min": 800_000, "max": 800_000, "count": 2}]
+    topic["e2e_processing_latency"]["percentiles"] = percentiles
+    topic["nodes"][0]["e2e_processing_latency"]["percentiles"] = [
+        {"quantile": 0.99, "value": 1_500_000}, {"quantile": 0.5, "value": 800_000}]
+    html = render("topic.html", topic=topic)
+    assert ">99%</th>" in html and ">50%</th>" in html
+    assert ">1.5ms</span>" in html and ">800.0us</span>" in html
+    assert 'title="99%: min = 1.0ms, max = 2.0ms"' in html
+    # the second node has no percentiles and keeps its columns, empty
+    second_row = html.split("127.0.0.1:14251</a>)")[1].split("</tr>")[0]
+    assert second_row.count("<td></td>") == 2
+
+
+def test_topic_charts_and_window_links() -> None:
+    chart = line_chart_svg("Depth", [(0, 1), (60, 2)])
+    html = render("topic.html", charts=[chart], chart_window="24h")
+    assert str(chart) in html
+    assert '<a href="?window=1h">1h</a>' in html
+    assert '<a href="?window=24h" class="active" aria-current="true">24h</a>' in html
+
+
+# --- channel ------------------------------------------------------------------------------------------------------
+
+def test_channel_page_shows_hosts_total_and_clients() -> None:
+    html = render("channel.html")
+    assert "Client Connections" in html
+    assert "vm:36680" in html and "vm:36974" in html
+    assert "nsq_tail/1.3.0 go-nsq/1.1.0" in html
+    assert ">20s</td>" in html
+    assert '<a href="/nodes/127.0.0.1:14151">127.0.0.1:14151</a>' in html
+    total = html.split('<tr class="total">')[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num">([^<]*)</td>', total) == ["0", "0 + 0", "0", "1", "0", "0", "14", "2"]
+    assert '<a href="/topics/sample_topic">sample_topic</a>' in html  # breadcrumb
+
+
+def test_channel_admin_buttons() -> None:
+    html = render("channel.html")
+    assert ">Empty Queue</button>" in html and ">Delete Channel</button>" in html
+    assert ">Pause Channel</button>" in html
+    assert 'data-url="/api/topics/sample_topic/sample_channel"' in html
+    assert 'data-redirect="/topics/sample_topic"' in html
+
+
+def test_paused_channel_is_labelled() -> None:
+    channel = reference("channel")
+    channel["paused"] = True
+    html = render("channel.html", channel=channel)
+    assert '<span class="label label-paused">paused</span>' in html
+    assert ">UnPause Channel</button>" in html
+
+
+def test_client_attributes() -> None:
+    channel = reference("channel")
+    channel["clients"][0].update(sample_rate=25, tls=True, tls_version="TLS1.3", deflate=True, snappy=True,
+                                 authed=True, auth_identity="bob", auth_identity_url="javascript:alert(1)",
+                                 client_id="worker-7")
+    channel["clients"][1].update(authed=True, auth_identity_url="https://auth.example/bob")
+    html = render("channel.html", channel=channel)
+    for label in ("Sampled 25%", ">TLS</span>", ">Deflate</span>", ">Snappy</span>", "Authed"):
+        assert label in html
+    assert "vm:36680 (worker-7)" not in html  # the port sits inside the span; client_id follows it
+    assert "</span> (worker-7)" in html
+    assert "javascript:" not in html
+    assert '<a href="https://auth.example/bob">Authed</a>' in html
+
+
+def test_channel_without_clients() -> None:
+    channel = reference("channel")
+    channel["clients"] = []
+    assert "No clients connected to this channel." in render("channel.html", channel=channel)
+
+
+# --- nodes --------------------------------------------------------------------------------------------------------
+
+def test_nodes_page() -> None:
+    html = render("nodes.html", active="nodes")
+    assert "NSQd Nodes (2)" in html
+    assert '<a href="/nodes/127.0.0.1:14151">127.0.0.1</a>' in html
+    assert '<a href="/nodes/127.0.0.1:14251">127.0.0.1</a>' in html
+    assert "<summary>1</summary>" in html and "127.0.0.1:14161/127.0.0.1:60076" in html
+    assert "conns warn" not in html
+    assert '<a class="label label-info" href="/topics/sample_topic">sample_topic</a>' in html
+
+
+def test_nodes_warnings() -> None:
+    nodes = reference("nodes")["nodes"]
+    nodes[0].update(broadcast_address="::1", out_of_date=True)
+    nodes[0]["topics"][0]["tombstoned"] = True
+    html = render("nodes.html", nodes=nodes, lookupd_count=2)
+    assert 'href="/nodes/%5B::1%5D:14151">[::1]</a>' in html
+    assert html.count('class="conns warn"') == 2
+    assert 'class="out-of-date"' in html
+    assert '<a class="label label-warn" href="/topics/sample_topic" title="this topic is tombstoned' in html
+
+
+# --- node ---------------------------------------------------------------------------------------------------------
+
+def test_node_page() -> None:
+    html = render("node.html", active="nodes")
+    assert "<strong>1</strong> Topics" in html
+    assert "<strong>7</strong> Messages" in html
+    assert "<strong>1</strong> Clients" in html
+    assert '<a href="/topics/sample_topic">sample_topic</a>' in html
+    assert '<a href="/topics/sample_topic/sample_channel">sample_channel</a>' in html
+    assert "vm:36680" in html and ">9s</td>" in html
+    assert 'data-url="/api/nodes/127.0.0.1:14151"' in html
+    assert '<a href="/nodes">Nodes</a>' in html
+
+
+def test_node_page_nested_rows_fill_the_table() -> None:
+    html = render("node.html", node=reference("node_with_tcp_producer"))
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S)
+    for row in rows:
+        spans = [int(n) for n in re.findall(r'colspan="(\d+)"', row)]
+        cells = len(re.findall(r"<t[dh][ >]", row))
+        assert cells - len(spans) + sum(spans) == 11, row
+
+
+def test_node_without_topics() -> None:
+    node = copy.deepcopy(reference("node"))
+    node.update(topics=[], total_messages=0, total_clients=0)
+    assert "No topics exist on this node." in render("node.html", node=node)
+
+
+# --- counter, lookup, audit, error ----------------------------------------------------------------------------------
+
+def test_counter_page() -> None:
+    html = render("counter.html", base_path="/admin", total=1234567)
+    assert re.search(r'<div id="counter"[^>]*data-url="/admin/api/counter"[^>]*>1,234,567</div>', html)
+    assert 'data-refresh="0"' in html  # the counter polls on its own schedule
+    assert "Messages Processed" in html
+
+
+def test_counter_total_from_sample() -> None:
+    assert ">14</div>" in render("counter.html")
+
+
+def test_lookup_page() -> None:
+    html = render("lookup.html", active="lookup")
+    assert "<code>127.0.0.1:14161</code>" in html
+    topic_delete = re.search(r'<button [^>]*data-url="/api/topics/old_topic"[^>]*>', html)
+    channel_delete = re.search(r'<button [^>]*data-url="/api/topics/old_topic/old_channel"[^>]*>', html)
+    assert topic_delete and 'data-method="DELETE"' in topic_delete[0] and "data-confirm=" in topic_delete[0]
+    assert channel_delete and 'data-method="DELETE"' in channel_delete[0] and "data-confirm=" in channel_delete[0]
+    assert "Create Topic/Channel" in html
+    assert 'data-url="/api/topics"' in html and 'name="topic"' in html and 'name="channel"' in html
+
+
+def test_lookup_without_lookupds() -> None:
+    html = render("lookup.html", lookupd_addresses=[], inactive={})
+    assert "nsqadmin is not configured with nsqlookupd hosts" in html
+    assert "Create Topic/Channel" not in html
+
+
+def test_lookup_without_inactive_topics() -> None:
+    assert "No inactive topics or channels." in render("lookup.html", inactive={})
+
+
+def test_audit_page_newest_first() -> None:
+    older = Entry(1_700_000_000.0, "alice", "10.0.0.1:5555", "curl/8", "pause_topic", "sample_topic")
+    newer = Entry(1_700_000_060.0, "", "10.0.0.2:5555", "Mozilla", "delete_channel", "sample_topic",
+                  "sample_channel", "", "UPSTREAM_ERROR: boom")
+    html = render("audit.html", active="audit", entries=[older, newer])
+    assert html.index("delete_channel") < html.index("pause_topic")
+    assert format_datetime(1_700_000_060.0) in html and format_datetime(1_700_000_000.0) in html
+    assert '<span class="label label-error">UPSTREAM_ERROR: boom</span>' in html
+    assert '<tr class="failed">' in html
+
+
+def test_audit_empty() -> None:
+    assert "No actions recorded yet" in render("audit.html", entries=[])
+
+
+def test_error_page() -> None:
+    html = render("error.html", error="UPSTREAM_ERROR: " + EVIL)
+    assert '<div class="banner banner-error" role="alert">UPSTREAM_ERROR: &lt;script&gt;' in html
+    assert '<nav class="nav">' in html
+
+
+# --- helpers ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("base_path", "path", "expected"), [
+    ("/", "/topics", "/topics"), ("/", "/", "/"), ("/admin", "/topics", "/admin/topics"),
+    ("/admin", "/static/admin.js", "/admin/static/admin.js"), ("/admin", "/", "/admin/"),
+    ("/admin", "nodes", "/admin/nodes"),
+])
+def test_url(base_path: str, path: str, expected: str) -> None:
+    assert Pages(base_path, "1.3.0").url(path) == expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (1234567, "1,234,567"), (0, "0"), (999, "999"), (None, "0"), (12.0, "12"), (1234.5, "1,234.50"),
+])
+def test_commafy(value: object, expected: str) -> None:
+    assert commafy(value) == expected
+
+
+@pytest.mark.parametrize(("nanos", "expected"), [
+    (20_000_000_000, "20s"), (3_723_000_000_000, "1h2m3s"), (240_000_000_000, "4m0s"),
+    (3_600_000_000_000, "1h0m0s"), (0, "0s"), (500_000_000, "500.0ms"),
+])
+def test_duration_ns(nanos: int, expected: str) -> None:
+    assert duration_ns(nanos) == expected
+
+
+@pytest.mark.parametrize(("nanos", "expected"), [
+    (1_500_000, "1.5ms"), (800_000, "800.0us"), (2_500_000_000, "2.5s"), (900, "900.0ns"), (1_000_000, "1.0ms"),
+])
+def test_nanos_to_human(nanos: int, expected: str) -> None:
+    assert nanos_to_human(nanos) == expected
+
+
+@pytest.mark.parametrize(("fraction", "expected"), [(0.99, "99%"), (0.999, "99.9%"), (0.5, "50%"), (1.0, "100%")])
+def test_percent(fraction: float, expected: str) -> None:
+    assert percent(fraction) == expected
+
+
+@pytest.mark.parametrize(("segment", "expected"), [
+    ("sample_topic", "sample_topic"), ("t#ephemeral", "t%23ephemeral"), ("a/b", "a%2Fb"),
+    ("127.0.0.1:4151", "127.0.0.1:4151"), ("a b?", "a%20b%3F"),
+])
+def test_urlpart(segment: str, expected: str) -> None:
+    assert urlpart(segment) == expected
+
+
+def test_ephemeral_topic_links_are_encoded() -> None:
+    html = render("topics.html", topics=["t#ephemeral"], rates={})
+    assert '<a href="/topics/t%23ephemeral">t#ephemeral</a>' in html
+
+
+def test_undefined_context_fails_loudly() -> None:
+    context = common()
+    with pytest.raises(Exception, match="topics"):
+        Pages("/", "1.3.0").render("topics.html", **context)
+
+
+def test_static_assets_exist() -> None:
+    static = Path(__file__).resolve().parents[2] / "services" / "admin" / "static"
+    script = (static / "admin.js").read_text()
+    assert "X-Live-Fragment" in script and "application/vnd.nsq; version=1.0" in script
+    assert (static / "admin.css").stat().st_size > 0
+
+
+# --- charts -------------------------------------------------------------------------------------------------------
+
+def polyline(svg: str) -> list[tuple[float, float]]:
+    match = re.search(r'<polyline [^>]*points="([^"]*)"', svg)
+    assert match
+    return [(float(x), float(y)) for x, y in (pair.split(",") for pair in match[1].split())]
+
+
+def test_chart_is_markup_svg() -> None:
+    svg = line_chart_svg("Depth", [(1_700_000_000, 0), (1_700_000_060, 10)], unit="msgs")
+    assert isinstance(svg, Markup)
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert 'viewBox="0 0 600 160"' in svg
+
+
+@pytest.mark.parametrize("points", [[], [(1_700_000_000.0, 5.0)]])
+def test_chart_without_enough_points(points: list[tuple[float, float]]) -> None:
+    svg = line_chart_svg("Depth", points)
+    assert "no data yet" in svg and "<polyline" not in svg
+
+
+def test_chart_points_scale_into_the_plot() -> None:
+    points = [(1_700_000_000.0 + 10 * i, float(v)) for i, v in enumerate([0, 5, 10, 5, 0])]
+    svg = line_chart_svg("Rate", points, width=300, height=100)
+    coords = polyline(svg)
+    assert len(coords) == 5
+    xs = [x for x, _ in coords]
+    assert xs == sorted(xs) and all(0 <= x <= 300 for x in xs)
+    ys = [y for _, y in coords]
+    assert all(0 <= y <= 100 for y in ys)
+    assert ys[2] == min(ys) and ys[0] == ys[4] == max(ys)  # the peak is highest on screen
+
+
+def test_chart_labels() -> None:
+    start, end = 1_700_000_000.0, 1_700_003_600.0
+    svg = line_chart_svg("Rate", [(start, 1.0), (end, 1234.0)], unit="msg/s")
+    assert ">1,234 msg/s</text>" in svg
+    assert f">{time.strftime('%H:%M', time.localtime(start))}</text>" in svg
+    assert f">{time.strftime('%H:%M', time.localtime(end))}</text>" in svg
+
+
+def test_chart_sorts_points_and_handles_flat_or_equal_times() -> None:
+    assert polyline(line_chart_svg("x", [(2.0, 1.0), (1.0, 3.0)]))[0][0] < 50 + 10
+    flat = line_chart_svg("x", [(1.0, 0.0), (1.0, 0.0)])
+    assert "nan" not in flat and "inf" not in flat
+
+
+def test_chart_escapes_text() -> None:
+    svg = line_chart_svg(EVIL, [(0.0, 1.0), (60.0, 2.0)], unit='<b>"u"</b>')
+    assert "<script>" not in svg and "<b>" not in svg
+    assert "&lt;script&gt;" in svg and "&#34;u&#34;" in svg
+
+
+def test_chart_is_deterministic() -> None:
+    points = [(1_700_000_000.0 + i, float(i * i)) for i in range(50)]
+    assert line_chart_svg("Depth", points) == line_chart_svg("Depth", list(points))
