@@ -1,5 +1,6 @@
-"""The cluster on this machine without Docker (``make up``): one nsqlookupd and two nsqd registered with it, on
-NSQ's default ports (lookupd 4160/4161, nsqd 4150/4151 and 4250/4251), each nsqd with its own data directory.
+"""The cluster on this machine without Docker (``make up``): one nsqlookupd, two nsqd registered with it and the
+admin, on NSQ's default ports (lookupd 4160/4161, nsqd 4150/4151 and 4250/4251, admin 4171), each nsqd with its own
+data directory and the admin's history in ``admin/`` beside them.
 
 Waits until every service answers /ping, prints where they are, streams their logs with a prefix per service,
 and stops them all on Ctrl-C (or when one of them exits).
@@ -34,6 +35,11 @@ def plan(host: str, offset: int, data_path: Path) -> list[tuple[str, list[str], 
             sys.executable, "-m", "services.nsqd", f"--tcp-address={host}:{tcp_port}",
             f"--http-address={host}:{tcp_port + 1}", f"--broadcast-address={host}",
             f"--lookupd-tcp-address={host}:{lookupd_tcp}", f"--data-path={directory}"], tcp_port + 1))
+    admin_directory = data_path / "admin"
+    admin_directory.mkdir(parents=True, exist_ok=True)
+    services.append(("nsqadmin", [sys.executable, "-m", "services.admin", f"--http-address={host}:{4171 + offset}",
+                                  f"--lookupd-http-address={host}:{lookupd_http}", f"--data-path={admin_directory}"],
+                     4171 + offset))
     return services
 
 
@@ -75,7 +81,8 @@ def main() -> int:
                 return 1
             time.sleep(0.1)
         print(f"cluster up: nsqlookupd http://{args.host}:{4161 + args.port_offset} (TCP {4160 + args.port_offset}); "
-              + "; ".join(f"{name} TCP {port - 1}, http://{args.host}:{port}" for name, _, port in running[1:])
+              + "; ".join(f"{name} TCP {port - 1}, http://{args.host}:{port}" for name, _, port in running[1:-1])
+              + f"; nsqadmin http://{args.host}:{4171 + args.port_offset}"
               + f". Find nodes: curl 'http://{args.host}:{4161 + args.port_offset}/lookup?topic=<topic>'. "
                 "Ctrl-C stops everything.", flush=True)
         while not stopping.is_set():

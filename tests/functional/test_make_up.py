@@ -31,7 +31,7 @@ def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
     make = subprocess.Popen(["make", "-s", "up", f"ARGS=--port-offset={OFFSET}", f"DATA_PATH={tmp_path}"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    ports = [4160 + OFFSET, 4161 + OFFSET, 4150 + OFFSET, 4151 + OFFSET, 4250 + OFFSET, 4251 + OFFSET]
+    ports = [4160 + OFFSET, 4161 + OFFSET, 4150 + OFFSET, 4151 + OFFSET, 4250 + OFFSET, 4251 + OFFSET, 4171 + OFFSET]
     output: list[str] = []
     try:
         assert make.stdout is not None
@@ -41,7 +41,7 @@ def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
             if line.startswith("cluster up") or time.monotonic() > deadline:
                 break
         assert output and output[-1].startswith("cluster up"), "".join(output)
-        for port in (4161 + OFFSET, 4151 + OFFSET, 4251 + OFFSET):
+        for port in (4161 + OFFSET, 4151 + OFFSET, 4251 + OFFSET, 4171 + OFFSET):
             assert http(port, "/ping") == (200, b"OK")
         assert http(4151 + OFFSET, "/pub?topic=hello", b"world")[0] == 200
         deadline = time.monotonic() + 5
@@ -53,6 +53,7 @@ def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
                 time.sleep(0.1)
         assert [p["tcp_port"] for p in producers] == [4150 + OFFSET]
         assert {p["broadcast_address"] for p in producers} == {"127.0.0.1"}
+        assert b"hello" in http(4171 + OFFSET, "/")[1]  # the admin sees the topic too
     finally:
         os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
         make.wait(30)
@@ -60,3 +61,4 @@ def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
         make.stdout.close()
     assert not any(listening(port) for port in ports), "a service is still running"
     assert (tmp_path / f"nsqd-{4150 + OFFSET}" / "nsqd.dat").exists()
+    assert (tmp_path / "admin" / "nsqadmin.db").exists()
