@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test typecheck unit bench clean
+.PHONY: up test typecheck unit browser bench clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
@@ -18,7 +18,7 @@ up: $(STAMP)
 	$(BIN)/python deploy/run_local.py $(if $(DATA_PATH),--data-path=$(DATA_PATH)) $(ARGS)
 
 ## run every test: type checks, unit tests, functional tests against real processes
-test: $(STAMP) typecheck
+test: $(STAMP) typecheck browser
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 typecheck: $(STAMP)
@@ -26,6 +26,17 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
+
+## Debian's chromium for the admin's browser tests (Playwright drives it and never downloads a browser); without
+## root, passwordless sudo or apt-get those tests are skipped rather than failed
+CHROMIUM := /usr/bin/chromium
+browser:
+	@test -x $(CHROMIUM) || { \
+	  if ! command -v apt-get >/dev/null; then echo "no apt-get: browser tests will be skipped"; exit 0; fi; \
+	  if [ "$$(id -u)" -eq 0 ]; then sudo=""; \
+	  elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+	  else echo "$(CHROMIUM) missing and no root or passwordless sudo: browser tests will be skipped"; exit 0; fi; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive sh -c 'apt-get update -qq && apt-get install -y -qq -o Dpkg::Use-Pty=0 chromium'; }
 
 ## throughput benchmark (see bench/README.md)
 bench: $(STAMP)

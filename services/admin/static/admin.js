@@ -5,7 +5,8 @@
 
   const API_HEADERS = {"Content-Type": "application/json", "Accept": "application/vnd.nsq; version=1.0"};
   const COUNTER_MAX_DELAY = 10000;
-  let pending = false; // an action or a refresh is in flight: a refresh must not overwrite its outcome
+  let pending = 0; // actions and refreshes in flight: a timed refresh waits for them
+  let generation = 0; // each refresh's number: only the newest one may replace the view
   let chosen = null; // the button whose confirmation is being asked
 
   const banner = (text, kind = "error") => {
@@ -26,7 +27,8 @@
   };
 
   const send = async (method, url, body, redirect) => {
-    pending = true;
+    pending += 1;
+    generation += 1; // a refresh started before the action would show the state before it
     banner("");
     try {
       const resp = await fetch(url, {method, headers: API_HEADERS, body: body || undefined, credentials: "same-origin"});
@@ -42,7 +44,7 @@
       banner("request failed: " + err.message);
       return false;
     } finally {
-      pending = false;
+      pending -= 1;
     }
     await refresh();
     return true;
@@ -105,13 +107,14 @@
     const focused = document.activeElement;
     // someone typing into a form inside #live would lose the text to a swap
     const typing = focused && live() && live().contains(focused) && /^(INPUT|TEXTAREA|SELECT)$/.test(focused.tagName);
-    return pending || dialogOpen() || Boolean(typing);
+    return pending > 0 || dialogOpen() || Boolean(typing);
   };
 
   async function refresh() {
     const main = live();
     if (!main) return;
-    pending = true;
+    pending += 1;
+    const mine = ++generation;
     try {
       const resp = await fetch(window.location.href, {headers: {"X-Live-Fragment": "1"}, credentials: "same-origin"});
       const type = resp.headers.get("Content-Type") || "";
@@ -119,12 +122,12 @@
       if (type.startsWith("text/html")) {
         const html = await resp.text();
         // a dialog opened while this was loading refers to buttons that must stay in place
-        if (!dialogOpen()) main.innerHTML = html;
+        if (!dialogOpen() && mine === generation) main.innerHTML = html;
       }
     } catch (_) {
       // offline or the admin restarting: keep showing the last view and try again on the next tick
     } finally {
-      pending = false;
+      pending -= 1;
     }
   }
 
