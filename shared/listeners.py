@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import Callable
 
 from aiohttp import web
@@ -21,12 +22,13 @@ async def listen_tcp(address: str, protocol_factory: Callable[[], asyncio.BasePr
     return server, bound
 
 
-async def listen_http(address: str, app: web.Application,
-                      log: logging.Logger) -> tuple[web.AppRunner, tuple[str, int]]:
+async def listen_http(address: str, app: web.Application, log: logging.Logger,
+                      ssl_context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, tuple[str, int]]:
+    """HTTP, or HTTPS with ``ssl_context`` (logged as ``HTTPS: listening on ...``)."""
     sock = listening_socket(address)
     bound = sock.getsockname()[:2]
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    await web.SockSite(runner, sock).start()
-    log.info("HTTP: listening on %s", join_host_port(*bound))
+    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+    log.info("%s: listening on %s", "HTTPS" if ssl_context else "HTTP", join_host_port(*bound))
     return runner, bound

@@ -104,5 +104,6 @@ def _start(module: str, args: list[str], listeners: tuple[str, ...], timeout: fl
     if len(ports) < len(listeners):
         process.kill()
         process.wait()
+        process.stdout.close()
         raise RuntimeError(f"{module} did not start:\n" + "\n".join(lines))
     return NSQDProcess(process, ports.get("TCP", 0), ports["HTTP"], lines)

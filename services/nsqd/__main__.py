@@ -10,6 +10,7 @@ from shared.version import version_line
 from .metadata import MetadataError
 from .nsqd import NSQD
 from .options import Options
+from .tls import TLSConfigError
 
 
 def _settle() -> None:
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     # queued messages are tuples the collector soon stops tracking; fewer young collections keep publishing fast
     # without letting garbage grow
     gc.set_threshold(50_000, 20, 20)
-    run("nsqd", Options, version_line("nsqd"), NSQD, argv, startup_errors=(OSError, MetadataError),
+    run("nsqd", Options, version_line("nsqd"), NSQD, argv, startup_errors=(OSError, MetadataError, TLSConfigError),
         started=_settle)
 
 

@@ -15,8 +15,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MESSAGE_FRAME_HEADER, encode_frame
 
+from .tls import connection_stats
+
 if TYPE_CHECKING:
     import asyncio
+    import ssl
+
+    from shared.protocol.compression import Codec
 
     from .channel import Channel
     from .message import InFlightMessage
@@ -64,6 +69,10 @@ class Client:
         self.requeue_count = 0
         self.pub_counts: dict[str, int] = {}
 
+        # set by the upgrades IDENTIFY negotiates: the TLS session, and the compression every write goes through
+        self.tls: ssl.SSLObject | None = None
+        self.codec: Codec | None = None
+
         self._out = bytearray()
         self._flush_requested = False
         self._request_flush = request_flush
@@ -100,7 +109,7 @@ class Client:
         if self._out:
             out, self._out = self._out, bytearray()
             if not self.transport.is_closing():
-                self.transport.write(out)
+                self.transport.write(out if self.codec is None else self.codec.compress(out))
 
     def published(self, topic: str, count: int) -> None:
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
@@ -112,13 +121,14 @@ class Client:
             "remote_address": self.remote_address, "state": self.state, "ready_count": self.ready_count,
             "in_flight_count": self.in_flight_count, "message_count": self.message_count,
             "finish_count": self.finish_count, "requeue_count": self.requeue_count,
-            "connect_ts": self.connect_ts, "sample_rate": self.sample_rate, "deflate": False, "snappy": False,
+            "connect_ts": self.connect_ts, "sample_rate": self.sample_rate,
+            "deflate": self.codec is not None and self.codec.name == "deflate",
+            "snappy": self.codec is not None and self.codec.name == "snappy",
             "user_agent": self.user_agent, "topology_zone": "", "topology_region": "",
         }
         if self.pub_counts:
             stats["pub_counts"] = [{"topic": topic, "count": count} for topic, count in sorted(self.pub_counts.items())]
-        stats.update({"tls": False, "tls_cipher_suite": "", "tls_version": "", "tls_negotiated_protocol": "",
-                      "tls_negotiated_protocol_is_mutual": False})
+        stats.update(connection_stats(self.tls))
         return stats
 
 

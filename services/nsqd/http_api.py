@@ -5,12 +5,15 @@ All parameters come from the query string, even on POST; only /pub, /mpub and PU
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from shared.http_api import (
+    NSQ_CONTENT_TYPE,
+    Handler,
     HTTPError,
     empty_response,
     json_response,
@@ -36,8 +39,11 @@ log = logging.getLogger("nsqd")
 NSQD_KEY: web.AppKey[NSQD] = web.AppKey("nsqd")
 
 
-def build_app(nsqd: NSQD) -> web.Application:
-    app = web.Application(middlewares=[nsq_errors(log), redirect_fixed_paths],
+def build_app(nsqd: NSQD, https: bool = False) -> web.Application:
+    middlewares = [nsq_errors(log), redirect_fixed_paths]
+    if not https and nsqd.opts.tls_required == "true":
+        middlewares.insert(0, _https_only)
+    app = web.Application(middlewares=middlewares,
                           client_max_size=max(nsqd.opts.max_body_size, nsqd.opts.max_msg_size) + 1)
     app[NSQD_KEY] = nsqd
     for path, handler in (("/ping", ping), ("/info", info), ("/stats", get_stats), ("/metrics", metrics),
@@ -50,6 +56,13 @@ def build_app(nsqd: NSQD) -> web.Application:
         app.router.add_post(f"/channel/{action}", channel_action)
     app.router.add_put("/config/{opt}", config)
     return app
+
+
+@web.middleware
+async def _https_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """With ``--tls-required=true`` plain HTTP only says where HTTPS is, as NSQ does."""
+    body = json.dumps({"https_port": _nsqd(request).https_address[1]})
+    return web.Response(status=403, text=body, headers=NSQ_CONTENT_TYPE)
 
 
 def _nsqd(request: web.Request) -> NSQD:

@@ -82,7 +82,7 @@ def defaults(opts: Options) -> ClientDefaults:
                           output_buffer_size=16 * 1024, output_buffer_timeout=opts.output_buffer_timeout)
 
 
-def negotiate(body: bytes, opts: Options, current: Settings | None = None) -> Identity:
+def negotiate(body: bytes, opts: Options, current: Settings | None = None, tls_available: bool = False) -> Identity:
     fields = _decode(body)
     current = current or defaults(opts)
     # checked in NSQ's order, so the first bad field is the one reported
@@ -99,7 +99,7 @@ def negotiate(body: bytes, opts: Options, current: Settings | None = None) -> Id
         deflate=False, deflate_level=6, snappy=False, tls_v1=False,
     )
     if identity.feature_negotiation:
-        _negotiate_transport(identity, fields, opts)
+        _negotiate_transport(identity, fields, opts, tls_available)
     return identity
 
 
@@ -149,12 +149,14 @@ def _msg_timeout(requested_ms: int, current: float, opts: Options) -> float:
     raise _invalid(f"msg timeout ({requested_ms}) is invalid")
 
 
-def _negotiate_transport(identity: Identity, data: dict[str, Any], opts: Options) -> None:
-    """TLS, snappy and deflate are not offered yet: requests for them are answered false."""
-    deflate_requested = data["deflate"] and opts.deflate
+def _negotiate_transport(identity: Identity, data: dict[str, Any], opts: Options, tls_available: bool) -> None:
+    """What the client asked for and nsqd offers; the connection upgrades in this order after replying."""
+    identity.tls_v1 = tls_available and data["tls_v1"]
+    identity.deflate = data["deflate"] and opts.deflate
     level = data["deflate_level"]
-    identity.deflate_level = min(level if deflate_requested and level > 0 else 6, opts.max_deflate_level)
-    if deflate_requested and data["snappy"] and opts.snappy:
+    identity.deflate_level = min(level if identity.deflate and level > 0 else 6, opts.max_deflate_level)
+    identity.snappy = data["snappy"] and opts.snappy
+    if identity.deflate and identity.snappy:
         raise FatalClientError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
 
 

@@ -23,7 +23,7 @@ from shared.metrics import PrometheusEndpoint
 from shared.names import is_ephemeral, is_valid_channel_name
 from shared.version import VERSION
 
-from . import identify, metadata
+from . import identify, metadata, tls
 from .channel import Channel
 from .client import Client
 from .disk_queue import Storage
@@ -60,6 +60,10 @@ class NSQD:
         self._flush_queue: list[Client] = []
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http_runner: web.AppRunner | None = None
+        self._https_runner: web.AppRunner | None = None
+        self.https_address: tuple[str, int] = ("", 0)
+        # the certificate clients upgrade to after IDENTIFY, and HTTPS serves
+        self.tls_context = tls.server_context(opts)
         self._scanner = QueueScanner(opts, self.channels)
         self._scan_task: asyncio.Task[None] | None = None
         self.data_path = Path(opts.data_path or os.getcwd())
@@ -90,6 +94,9 @@ class NSQD:
         self._metadata_task = asyncio.create_task(self._write_metadata_when_changed(), name="metadata")
         self._sync_task = asyncio.create_task(self._sync_disk_queues(), name="disk-sync")
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address, lambda: ConnectionV2(self), log)
+        if self.tls_context is not None and self.opts.https_address:
+            self._https_runner, self.https_address = await listen_http(
+                self.opts.https_address, build_app(self, https=True), log, self.tls_context)
         if self.opts.http_address:
             self._http_runner, self.http_address = await listen_http(self.opts.http_address, build_app(self), log)
         gc.callbacks.append(self.gc_pauses)
@@ -114,8 +121,9 @@ class NSQD:
         self._disk_sync.shutdown(wait=True)
         for topic in self.topics.values():
             topic.flush_to_disk()
-        if self._http_runner is not None:
-            await self._http_runner.cleanup()
+        for runner in (self._http_runner, self._https_runner):
+            if runner is not None:
+                await runner.cleanup()
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
         if self.gc_pauses in gc.callbacks:

@@ -115,9 +115,14 @@ class Options(ProgramOptions):
                 raise FlagError(f"--e2e-processing-latency-percentile {quantile} must be in (0,1]")
         if self.tls_required not in ("true", "false", "tcp-https"):
             raise FlagError(f"--tls-required: invalid value {self.tls_required!r}")
-        if self.tls_required != "false" or self.tls_client_auth_policy:
-            # refusing beats silently serving plain text to a cluster that asked for TLS
-            raise FlagError("--tls-required/--tls-client-auth-policy: TLS is not supported by this nsqd yet")
+        if self.tls_client_auth_policy not in ("", "require", "require-verify"):
+            raise FlagError(f"--tls-client-auth-policy: invalid value {self.tls_client_auth_policy!r}")
+        if self.tls_min_version not in ("tls1.0", "tls1.1", "tls1.2", "tls1.3"):
+            raise FlagError(f"--tls-min-version: unknown version {self.tls_min_version!r}")
+        if self.tls_client_auth_policy and self.tls_required == "false":
+            self.tls_required = "true"  # as NSQ: asking for client certificates means TLS is required
+        if self.tls_required != "false" and not (self.tls_cert and self.tls_key):
+            raise FlagError("cannot require TLS client connections without TLS key and cert")
         if self.mem_queue_size < 0:
             raise FlagError("--mem-queue-size must be >= 0")
         for name in ("max_rdy_count", "max_msg_size", "max_body_size", "queue_scan_selection_count",

@@ -4,19 +4,22 @@ The connection checks the magic, feeds bytes to the sans-I/O ``CommandParser``, 
 the parsed values and writes the replies once the received bytes are processed. Handlers check in NSQ's
 order and raise ``ProtocolError``s with NSQ's codes and texts; a fatal one closes the connection.
 
-All bytes pass through ``data_received`` and ``Client.flush``, the two places where TLS and a compression
-stream will wrap the connection after IDENTIFY.
+After an IDENTIFY that negotiated them, the connection upgrades in NSQ's order, each step confirmed by an ``OK``:
+TLS (``loop.start_tls`` on the same transport), then snappy or deflate (a codec that ``data_received`` inflates
+through and ``Client.flush`` compresses through).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import TYPE_CHECKING, Callable, cast
 
 from shared.addresses import join_host_port
 from shared.names import go_quote, is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import FIN_RUN, Command, CommandParser
+from shared.protocol.compression import Codec, CompressionError, DeflateCodec, SnappyCodec
 from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
 from shared.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, HEARTBEAT, MAGIC_V2, OK, encode_frame
 
@@ -57,6 +60,10 @@ class ConnectionV2(asyncio.Protocol):
         self._deadline_timer: asyncio.TimerHandle | None = None
         # set by FIN and REQ; the channel refills the client's window once per batch of received bytes
         self._window_changed = False
+        # commands other than IDENTIFY wait for TLS (--tls-required); cleared once the connection upgraded
+        self._tls_pending = self.opts.tls_required != "false"
+        self._inflate: Codec | None = None
+        self._upgrade: asyncio.Task[None] | None = None
 
     # -- connection lifecycle --------------------------------------------------------------------------------
 
@@ -76,6 +83,8 @@ class ConnectionV2(asyncio.Protocol):
         log.info("PROTOCOL(V2): [%s] exiting ioloop", client)
         client.state = STATE_DISCONNECTED
         self._stop_timers()
+        if self._upgrade is not None:
+            self._upgrade.cancel()
         if client.channel is not None:
             client.channel.remove_client(client)
         self.nsqd.connections.discard(self)
@@ -115,14 +124,33 @@ class ConnectionV2(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self._loop.time()
+        if self._inflate is None:
+            self._process(data)
+            return
+        try:
+            for chunk in self._inflate.decompress(data):
+                if self.transport.is_closing():
+                    return
+                self._process(chunk)
+        except CompressionError as error:
+            log.error("[%s] - %s", self.client, error)
+            self.close()
+
+    def _process(self, data: bytes) -> None:
         parser = self._parser
         if parser is None:
             parser, data = self._read_magic(data)
             if parser is None:
                 return
         client = self.client
+        parser_codec = self._inflate
         for command in parser.feed(data):
+            if self._upgrade is not None or self._inflate is not parser_codec:
+                break  # nothing may come between IDENTIFY and the upgrade it asked for
             try:
+                if self._tls_pending and command.name != b"IDENTIFY":
+                    name = b"FIN" if command.name == FIN_RUN else command.name
+                    raise FatalClientError("E_INVALID", f"cannot {_name(name)} in current state (TLS required)")
                 response = _HANDLERS.get(command.name, ConnectionV2._unknown)(self, command)
             except ProtocolError as error:
                 log.error("[%s] - %s", client, error)
@@ -201,7 +229,7 @@ class ConnectionV2(asyncio.Protocol):
             raise FatalClientError("E_INVALID", "cannot IDENTIFY in current state")
         if command.error is not None:
             raise command.error
-        identity = identify.negotiate(command.body, self.opts, client)
+        identity = identify.negotiate(command.body, self.opts, client, self.nsqd.tls_context is not None)
         client.client_id, client.hostname = identity.client_id, identity.hostname
         client.user_agent = identity.user_agent
         client.heartbeat_interval = identity.heartbeat_interval
@@ -213,7 +241,48 @@ class ConnectionV2(asyncio.Protocol):
         self._start_timers()
         if not identity.feature_negotiation:
             return OK
-        return identify.response(identity, self.opts, auth_required=False)
+        reply = identify.response(identity, self.opts, auth_required=False)
+        if identity.tls_v1:
+            client.queue_response(reply)
+            client.flush()
+            # the client's handshake must reach the TLS layer, not the command parser
+            self.transport.pause_reading()
+            self._upgrade = asyncio.create_task(self._start_tls(identity))
+            return None
+        if identity.snappy or identity.deflate:
+            client.queue_response(reply)
+            client.flush()
+            self._start_compression(identity)
+            return None
+        return reply
+
+    async def _start_tls(self, identity: identify.Identity) -> None:
+        """The TLS handshake, OK over TLS, then compression on top if it was negotiated too."""
+        client, context = self.client, self.nsqd.tls_context
+        assert context is not None
+        try:
+            transport = await self._loop.start_tls(self.transport, self, context, server_side=True,
+                                                   ssl_handshake_timeout=5.0)
+        except (OSError, ssl.SSLError, TimeoutError) as error:
+            log.error("[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake - %s", client, error)
+            self.transport.abort()
+            return
+        if transport is None:
+            return
+        self.transport = client.transport = transport
+        client.tls = transport.get_extra_info("ssl_object")
+        self._tls_pending = False
+        self._upgrade = None
+        client.queue_response(OK)
+        client.flush()
+        self._start_compression(identity)
+
+    def _start_compression(self, identity: identify.Identity) -> None:
+        if identity.snappy or identity.deflate:
+            codec: Codec = SnappyCodec() if identity.snappy else DeflateCodec(identity.deflate_level)
+            self.client.codec = self._inflate = codec
+            self.client.queue_response(OK)
+            self.client.flush()
 
     def _auth(self, command: Command) -> bytes | None:
         if self.client.state != STATE_INIT:

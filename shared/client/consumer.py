@@ -21,6 +21,7 @@ import inspect
 import logging
 import random
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -99,10 +100,12 @@ class Consumer:
                  max_requeue_delay: float = 900.0, backoff_multiplier: float = 1.0,
                  max_backoff_duration: float = 120.0, lookupd_poll_interval: float = 60.0,
                  lookupd_poll_jitter: float = 0.3, rdy_redistribute_interval: float = 5.0,
-                 connect_timeout: float = 1.0, user_agent: str = f"nsq-py/{VERSION}", **identify: Any) -> None:
+                 connect_timeout: float = 1.0, user_agent: str = f"nsq-py/{VERSION}",
+                 tls: ssl.SSLContext | None = None, auth_secret: str | None = None, **identify: Any) -> None:
         """Durations are in seconds. ``max_attempts`` 0 means no limit; a message delivered more often goes to
         ``on_give_up`` and is then finished. ``identify``: more IDENTIFY fields (``heartbeat_interval`` in ms,
-        ``msg_timeout``, ``sample_rate``, ``client_id``...)."""
+        ``msg_timeout``, ``sample_rate``, ``client_id``, ``snappy=True``, ``deflate=True``...). ``tls`` upgrades
+        every connection to TLS with that context; ``auth_secret`` answers an nsqd that requires AUTH."""
         if not is_valid_name(topic) or not is_valid_name(channel):
             raise ValueError(f"invalid topic/channel name {topic!r}/{channel!r}")
         self.nsqd_tcp_addresses = list(nsqd_tcp_addresses)
@@ -118,6 +121,7 @@ class Consumer:
         self.rdy_redistribute_interval, self.connect_timeout = rdy_redistribute_interval, connect_timeout
         self.identify = {"client_id": socket.gethostname().split(".")[0], "hostname": socket.gethostname(),
                          "user_agent": user_agent, **identify}
+        self.tls, self.auth_secret = tls, auth_secret
         self._handler, self._on_give_up = handler, on_give_up
         self._backoff = Backoff(backoff_multiplier, max_backoff_duration)
         self._connections: dict[str, ConsumerConnection] = {}
@@ -330,10 +334,9 @@ class Consumer:
 
     async def _connect(self, conn: ConsumerConnection) -> None:
         host, port = split_host_port(conn.address)
-        conn.connection = await Connection.open(host, port, self.identify, self.connect_timeout, conn.received)
+        conn.connection = await Connection.open(host, port, self.identify, self.connect_timeout, conn.received,
+                                                tls=self.tls, auth_secret=self.auth_secret)
         settings = conn.connection.server_settings
-        if settings.get("auth_required"):
-            raise NSQError(f"nsqd {conn.address} requires AUTH, which this client does not send")
         conn.max_rdy_count = int(settings.get("max_rdy_count", DEFAULT_MAX_RDY_COUNT))
         await asyncio.wait_for(conn.connection.command(
             encode_command(b"SUB", self.topic.encode(), self.channel.encode())), self.connect_timeout)

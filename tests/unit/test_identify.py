@@ -199,7 +199,7 @@ def test_deflate_and_snappy_together_fail() -> None:
 @pytest.mark.parametrize("opts", [Options(deflate=False), Options(snappy=False)])
 def test_deflate_and_snappy_together_are_fine_when_the_server_disables_one(opts: Options) -> None:
     identity = identify(opts, feature_negotiation=True, deflate=True, snappy=True)
-    assert identity.deflate is False and identity.snappy is False
+    assert identity.deflate is opts.deflate and identity.snappy is opts.snappy
 
 
 def test_deflate_and_snappy_without_feature_negotiation_are_ignored() -> None:
@@ -207,10 +207,15 @@ def test_deflate_and_snappy_without_feature_negotiation_are_ignored() -> None:
     assert identity.feature_negotiation is False
 
 
-def test_compression_and_tls_are_not_offered_yet() -> None:
+def test_compression_is_offered_and_tls_only_with_a_certificate() -> None:
     identity = identify(feature_negotiation=True, tls_v1=True, deflate=True)
-    assert (identity.tls_v1, identity.deflate, identity.snappy) == (False, False, False)
+    assert (identity.tls_v1, identity.deflate, identity.snappy) == (False, True, False)
+    identity = negotiate(json.dumps({"feature_negotiation": True, "tls_v1": True}).encode(), Options(),
+                         tls_available=True)
+    assert identity.tls_v1 is True
     identity = identify(feature_negotiation=True, snappy=True)
+    assert identity.snappy is True
+    identity = identify(Options(snappy=False), feature_negotiation=True, snappy=True)
     assert identity.snappy is False
 
 

@@ -8,8 +8,17 @@ from typing import Any
 
 import pytest
 
-from apps.nsq_stat import (HEADER, ChannelStats, Options, Report, Sample, aggregate, channel_stats, format_row,
-                           producer_addresses)
+from apps.nsq_stat import (
+    HEADER,
+    ChannelStats,
+    Options,
+    Report,
+    Sample,
+    aggregate,
+    channel_stats,
+    format_row,
+    producer_addresses,
+)
 from shared.flags import FlagError, parse_command_line
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
