@@ -82,6 +82,11 @@ def start_admin(*args: str, data_path: Path, timeout: float = 15) -> NSQDProcess
                   timeout)
 
 
+def start_auth_server(rules: Path, timeout: float = 15) -> NSQDProcess:
+    """``nsq_auth_server`` serving ``rules`` on 127.0.0.1 with a port chosen by the kernel."""
+    return _start("apps.nsq_auth_server", ["--http-address=127.0.0.1:0", "--rules", str(rules)], ("HTTP",), timeout)
+
+
 _TCP_AND_HTTP = ("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", "--broadcast-address=127.0.0.1")
 
 

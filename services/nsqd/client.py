@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from shared.protocol.compression import Codec
 
+    from .auth import AuthState
     from .channel import Channel
     from .message import InFlightMessage
 
@@ -72,6 +73,9 @@ class Client:
         # set by the upgrades IDENTIFY negotiates: the TLS session, and the compression every write goes through
         self.tls: ssl.SSLObject | None = None
         self.codec: Codec | None = None
+        # what the auth server allowed, and the secret to ask again with once that expires
+        self.auth: AuthState | None = None
+        self.auth_secret = ""
 
         self._out = bytearray()
         self._flush_requested = False
@@ -128,6 +132,8 @@ class Client:
         }
         if self.pub_counts:
             stats["pub_counts"] = [{"topic": topic, "count": count} for topic, count in sorted(self.pub_counts.items())]
+        if self.auth is not None:  # omitted when not authed, as in NSQ
+            stats.update(authed=True, auth_identity=self.auth.identity, auth_identity_url=self.auth.identity_url)
         stats.update(connection_stats(self.tls))
         return stats
 

@@ -24,6 +24,7 @@ from shared.names import is_ephemeral, is_valid_channel_name
 from shared.version import VERSION
 
 from . import identify, metadata, tls
+from .auth import AuthClient
 from .channel import Channel
 from .client import Client
 from .disk_queue import Storage
@@ -64,6 +65,10 @@ class NSQD:
         self.https_address: tuple[str, int] = ("", 0)
         # the certificate clients upgrade to after IDENTIFY, and HTTPS serves
         self.tls_context = tls.server_context(opts)
+        self.auth_client = AuthClient(opts.auth_http_addresses, opts.auth_http_request_method,
+                                      connect_timeout=opts.http_client_connect_timeout,
+                                      request_timeout=opts.http_client_request_timeout,
+                                      ssl_context=tls.auth_server_context(opts)) if opts.auth_http_addresses else None
         self._scanner = QueueScanner(opts, self.channels)
         self._scan_task: asyncio.Task[None] | None = None
         self.data_path = Path(opts.data_path or os.getcwd())
@@ -128,6 +133,8 @@ class NSQD:
             await self._tcp_server.wait_closed()
         if self.gc_pauses in gc.callbacks:
             gc.callbacks.remove(self.gc_pauses)
+        if self.auth_client is not None:
+            await self.auth_client.close()
         if self._data_path_lock.held:
             metadata.save(self.data_path, metadata.snapshot(self.topics))
             self._data_path_lock.release()

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING, Callable, cast
+import time
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterator, cast
 
 from shared.addresses import join_host_port
 from shared.names import go_quote, is_valid_channel_name, is_valid_topic_name
@@ -24,6 +25,7 @@ from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
 from shared.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, HEARTBEAT, MAGIC_V2, OK, encode_frame
 
 from . import identify
+from .auth import AuthError, auth_response
 from .channel import Channel, ChannelError
 from .client import STATE_CLOSING, STATE_DISCONNECTED, STATE_INIT, STATE_SUBSCRIBED, Client
 from .topic import TopicError
@@ -64,6 +66,8 @@ class ConnectionV2(asyncio.Protocol):
         self._tls_pending = self.opts.tls_required != "false"
         self._inflate: Codec | None = None
         self._upgrade: asyncio.Task[None] | None = None
+        # a command waiting for the auth server; the commands after it wait with reading paused
+        self._deferred: asyncio.Task[None] | None = None
 
     # -- connection lifecycle --------------------------------------------------------------------------------
 
@@ -83,8 +87,9 @@ class ConnectionV2(asyncio.Protocol):
         log.info("PROTOCOL(V2): [%s] exiting ioloop", client)
         client.state = STATE_DISCONNECTED
         self._stop_timers()
-        if self._upgrade is not None:
-            self._upgrade.cancel()
+        for task in (self._upgrade, self._deferred):
+            if task is not None:
+                task.cancel()
         if client.channel is not None:
             client.channel.remove_client(client)
         self.nsqd.connections.discard(self)
@@ -142,15 +147,21 @@ class ConnectionV2(asyncio.Protocol):
             parser, data = self._read_magic(data)
             if parser is None:
                 return
-        client = self.client
-        parser_codec = self._inflate
-        for command in parser.feed(data):
-            if self._upgrade is not None or self._inflate is not parser_codec:
+        self._run(iter(parser.feed(data)))
+
+    def _run(self, commands: Iterator[Command]) -> None:
+        """Runs commands in order until one has to wait for the auth server (the rest then wait for it)."""
+        client, codec = self.client, self._inflate
+        for command in commands:
+            if self._upgrade is not None or self._inflate is not codec:
                 break  # nothing may come between IDENTIFY and the upgrade it asked for
             try:
                 if self._tls_pending and command.name != b"IDENTIFY":
                     name = b"FIN" if command.name == FIN_RUN else command.name
                     raise FatalClientError("E_INVALID", f"cannot {_name(name)} in current state (TLS required)")
+                if client.auth is not None and command.name in _AUTHORIZED and client.auth.is_expired(time.time()):
+                    self._defer(self._reauthorize(command), commands)
+                    return
                 response = _HANDLERS.get(command.name, ConnectionV2._unknown)(self, command)
             except ProtocolError as error:
                 log.error("[%s] - %s", client, error)
@@ -164,6 +175,9 @@ class ConnectionV2(asyncio.Protocol):
                 log.exception("[%s] - failed to process %s", client, _name(command.name))
                 self.close()
                 return
+            if response is _DEFERRED:
+                self._defer(self._authenticate(command.body), commands)
+                return
             if response is not None:
                 client.queue_response(response)
         if self._window_changed:
@@ -171,6 +185,65 @@ class ConnectionV2(asyncio.Protocol):
             if client.channel is not None:
                 client.channel.update_ready(client)
         client.flush()
+
+    def _defer(self, work: Awaitable[bytes | None], rest: Iterator[Command]) -> None:
+        self.client.flush()
+        self.transport.pause_reading()
+        self._deferred = asyncio.create_task(self._finish_deferred(work, rest))
+
+    async def _finish_deferred(self, work: Awaitable[bytes | None], rest: Iterator[Command]) -> None:
+        client = self.client
+        try:
+            response = await work
+        except ProtocolError as error:
+            log.error("[%s] - %s", client, error)
+            client.queue_error(error.frame_text)
+            self.close()
+            return
+        finally:
+            self._deferred = None
+        if response is not None:
+            client.queue_response(response)
+        self.transport.resume_reading()
+        self._run(rest)
+
+    # -- AUTH ------------------------------------------------------------------------------------------------
+
+    async def _authenticate(self, secret: bytes) -> bytes:
+        client = self.client
+        await self._query_auth(secret.decode("utf-8", "surrogateescape"))
+        assert client.auth is not None
+        if not client.auth.authorizations:
+            raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
+        return auth_response(client.auth)
+
+    async def _reauthorize(self, command: Command) -> bytes | None:
+        """Authorizations past their TTL are asked for again with the same secret, then the command runs."""
+        await self._query_auth(self.client.auth_secret)
+        return _HANDLERS[command.name](self, command)
+
+    async def _query_auth(self, secret: str) -> None:
+        client, auth = self.client, self.nsqd.auth_client
+        assert auth is not None
+        tls = client.tls is not None
+        try:
+            client.auth = await auth.query(client.remote_address.rsplit(":", 1)[0].strip("[]"), tls, secret,
+                                           _common_name(client.tls))
+        except AuthError as error:
+            # the reason may hold what the auth server said: logged, never sent to the client
+            log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client, error)
+            raise FatalClientError("E_AUTH_FAILED", "AUTH failed") from None
+        client.auth_secret = secret
+
+    def _check_auth(self, command: str, topic: str, channel: str) -> None:
+        if self.nsqd.auth_client is None:
+            return
+        auth = self.client.auth
+        if auth is None:
+            raise FatalClientError("E_AUTH_FIRST", f"AUTH required before {command}")
+        if not auth.allows(topic, channel, "subscribe" if command == "SUB" else "publish"):
+            raise FatalClientError("E_UNAUTHORIZED",
+                                   f"AUTH failed for {command} on {go_quote(topic)} {go_quote(channel)}")
 
     def _read_magic(self, data: bytes) -> tuple[CommandParser | None, bytes]:
         """The parser once the 4-byte magic is complete, and the bytes after the magic."""
@@ -241,7 +314,7 @@ class ConnectionV2(asyncio.Protocol):
         self._start_timers()
         if not identity.feature_negotiation:
             return OK
-        reply = identify.response(identity, self.opts, auth_required=False)
+        reply = identify.response(identity, self.opts, auth_required=self.nsqd.auth_client is not None)
         if identity.tls_v1:
             client.queue_response(reply)
             client.flush()
@@ -291,7 +364,11 @@ class ConnectionV2(asyncio.Protocol):
             raise FatalClientError("E_INVALID", "AUTH invalid number of parameters")
         if command.error is not None:
             raise command.error
-        raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")
+        if self.client.auth is not None:
+            raise FatalClientError("E_INVALID", "AUTH already set")
+        if self.nsqd.auth_client is None:
+            raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")
+        return _DEFERRED
 
     def _sub(self, command: Command) -> bytes | None:
         client = self.client
@@ -306,6 +383,7 @@ class ConnectionV2(asyncio.Protocol):
             raise FatalClientError("E_BAD_TOPIC", f"SUB topic name {go_quote(topic_name)} is not valid")
         if not is_valid_channel_name(channel_name):
             raise FatalClientError("E_BAD_CHANNEL", f"SUB channel name {go_quote(channel_name)} is not valid")
+        self._check_auth("SUB", topic_name, channel_name)
         channel = self.nsqd.get_topic(topic_name).get_channel(channel_name)
         try:
             channel.add_client(client)
@@ -431,11 +509,13 @@ class ConnectionV2(asyncio.Protocol):
         topic_name = self._topic_for_publish(command, "PUB", 1)
         if command.error is not None:
             raise command.error
+        self._check_auth("PUB", topic_name, "")
         return self._publish(topic_name, [command.body], "E_PUB_FAILED", "PUB")
 
     def _mpub(self, command: Command) -> bytes | None:
         # NSQ's text repeats the code here
         topic_name = self._topic_for_publish(command, "MPUB", 1, quote_prefix="E_BAD_TOPIC ")
+        self._check_auth("MPUB", topic_name, "")
         self.nsqd.get_topic(topic_name)  # NSQ creates the topic before reading the body
         if command.error is not None:
             raise command.error
@@ -452,11 +532,25 @@ class ConnectionV2(asyncio.Protocol):
             raise FatalClientError("E_INVALID", f"DPUB timeout {defer_ms} out of range 0-{max_ms}")
         if command.error is not None:
             raise command.error
+        self._check_auth("DPUB", topic_name, "")
         return self._publish(topic_name, [command.body], "E_DPUB_FAILED", "DPUB", defer_ms)
 
     def _subscribed_channel(self) -> Channel:
         assert self.client.channel is not None
         return self.client.channel
+
+
+# a handler's answer meaning "the auth server decides": the connection asks it, then goes on
+_DEFERRED = b"<deferred>"
+# commands checked against the client's authorizations (asked again once their TTL is over)
+_AUTHORIZED = frozenset({b"SUB", b"PUB", b"MPUB", b"DPUB"})
+
+
+def _common_name(tls: ssl.SSLObject | None) -> str:
+    """The CN of a verified client certificate, which nsqd passes to the auth server."""
+    certificate = tls.getpeercert() if tls is not None else None
+    subject: tuple[tuple[tuple[str, str], ...], ...] = (certificate or {}).get("subject", ())  # type: ignore[assignment]
+    return next((value for entry in subject for key, value in entry if key == "commonName"), "")
 
 
 _HANDLERS: dict[bytes, Callable[[ConnectionV2, Command], bytes | None]] = {

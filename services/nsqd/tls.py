@@ -54,3 +54,10 @@ def connection_stats(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> dict[s
             "tls_version": VERSION_NAMES.get(version, version),
             "tls_negotiated_protocol": ssl_object.selected_alpn_protocol() or "",
             "tls_negotiated_protocol_is_mutual": True}
+
+
+def auth_server_context(opts: Options) -> ssl.SSLContext | None:
+    """For https auth servers: verified against ``--tls-root-ca-file`` when given (the system's CAs otherwise)."""
+    if not opts.tls_root_ca_file:
+        return None
+    return ssl.create_default_context(cafile=opts.tls_root_ca_file)
