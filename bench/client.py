@@ -4,6 +4,9 @@ Starts an nsqd, fills a topic, then consumes it through one ``Consumer`` with a 
 2500), and publishes through one ``Producer`` with many publishes under way at once. Prints msg/s and the CPU
 seconds this process (the client) spent per million messages: the library must not be what limits a Python
 consumer. The backlog is filled by MPUB over the raw protocol so that filling costs little.
+
+``--transport tls+snappy`` (or ``tls``, ``snappy``, ``deflate``, ``tls+deflate``) measures the same over TLS and/or
+compression, with a certificate made for the run.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import asyncio
 import resource
 import tempfile
 import time
+import ssl
 from pathlib import Path
+from typing import Any
 
 from bench.run import SIZE, cpu_seconds
 from shared.client import Consumer, Message, Producer
@@ -33,14 +38,15 @@ def report(name: str, messages: int, seconds: float, cpu: float, nsqd_cpu: float
           f" nsqd {nsqd_cpu / messages * 1e6:5.2f}", flush=True)
 
 
-async def fill(address: str, messages: int) -> None:
+async def fill(address: str, messages: int, transport: dict[str, Any]) -> None:
     body = b"x" * SIZE
-    async with Producer(address) as producer:
+    async with Producer(address, **transport) as producer:
         for start in range(0, messages, 200):
             await producer.multi_publish(TOPIC, [body] * min(200, messages - start))
 
 
-async def consume(address: str, messages: int, max_in_flight: int, concurrency: int) -> float:
+async def consume(address: str, messages: int, max_in_flight: int, concurrency: int,
+                  transport: dict[str, Any]) -> float:
     done = asyncio.Event()
     seen = 0
 
@@ -52,47 +58,67 @@ async def consume(address: str, messages: int, max_in_flight: int, concurrency: 
 
     start = time.perf_counter()
     async with Consumer(TOPIC, "c%d" % concurrency, handle, nsqd_tcp_addresses=[address],
-                        max_in_flight=max_in_flight, concurrency=concurrency):
+                        max_in_flight=max_in_flight, concurrency=concurrency, connect_timeout=5, **transport):
         await done.wait()
         return time.perf_counter() - start
 
 
-async def publish(address: str, messages: int, window: int) -> float:
+async def publish(address: str, messages: int, window: int, transport: dict[str, Any]) -> float:
     body = b"y" * SIZE
     start = time.perf_counter()
-    async with Producer(address) as producer:
+    async with Producer(address, **transport) as producer:
         for first in range(0, messages, window):
             await asyncio.gather(*(producer.publish(TOPIC + "_pub", body)
                                    for _ in range(min(window, messages - first))))
     return time.perf_counter() - start
 
 
-async def run(args: argparse.Namespace, address: str, nsqd_pid: int) -> None:
-    await fill(address, args.messages)
+async def run(args: argparse.Namespace, address: str, nsqd_pid: int, transport: dict[str, Any]) -> None:
+    await fill(address, args.messages, transport)
     for concurrency in (1, 8):
         cpu, nsqd_cpu = own_cpu(), cpu_seconds(nsqd_pid)
-        seconds = await consume(address, args.messages, args.max_in_flight, concurrency)
+        seconds = await consume(address, args.messages, args.max_in_flight, concurrency, transport)
         report(f"Consumer, no-op handler, max_in_flight {args.max_in_flight}, concurrency {concurrency}",
                args.messages, seconds, own_cpu() - cpu, cpu_seconds(nsqd_pid) - nsqd_cpu)
     cpu, nsqd_cpu = own_cpu(), cpu_seconds(nsqd_pid)
-    seconds = await publish(address, args.messages // 5, 1000)
+    seconds = await publish(address, args.messages // 5, 1000, transport)
     report("Producer.publish, 1000 under way at once", args.messages // 5, seconds, own_cpu() - cpu,
            cpu_seconds(nsqd_pid) - nsqd_cpu)
+
+
+def transport_settings(name: str, directory: Path) -> tuple[list[str], dict[str, Any]]:
+    """nsqd's flags and the clients' options for ``name``."""
+    flags: list[str] = []
+    options: dict[str, Any] = {feature: True for feature in ("snappy", "deflate") if feature in name}
+    if "tls" in name:
+        import trustme
+
+        authority = trustme.CA()
+        certificate = authority.issue_cert("127.0.0.1")
+        certificate.cert_chain_pems[0].write_to_path(str(directory / "cert.pem"))
+        certificate.private_key_pem.write_to_path(str(directory / "key.pem"))
+        authority.cert_pem.write_to_path(str(directory / "ca.pem"))
+        flags = [f"--tls-cert={directory / 'cert.pem'}", f"--tls-key={directory / 'key.pem'}", "--https-address="]
+        options["tls"] = ssl.create_default_context(cafile=str(directory / "ca.pem"))
+    return flags, options
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=1_000_000, help="messages consumed per run")
     parser.add_argument("--max-in-flight", type=int, default=2500)
+    parser.add_argument("--transport", default="plain", choices=("plain", "tls", "snappy", "deflate", "tls+snappy",
+                                                                  "tls+deflate"))
     args = parser.parse_args()
     install_uvloop()
     with tempfile.TemporaryDirectory() as data_path:
-        nsqd = start_nsqd(f"--mem-queue-size={args.messages * 2}", data_path=Path(data_path))
+        flags, transport = transport_settings(args.transport, Path(data_path))
+        nsqd = start_nsqd(f"--mem-queue-size={args.messages * 2}", *flags, data_path=Path(data_path))
         try:
             nsqd.http("POST", f"/topic/create?topic={TOPIC}")
             for concurrency in (1, 8):  # before filling, so that both channels get a copy of the backlog
                 nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel=c{concurrency}")
-            asyncio.run(run(args, f"127.0.0.1:{nsqd.tcp_port}", nsqd.process.pid))
+            asyncio.run(run(args, f"127.0.0.1:{nsqd.tcp_port}", nsqd.process.pid, transport))
         finally:
             nsqd.stop()
 
