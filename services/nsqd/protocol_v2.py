@@ -114,16 +114,22 @@ class ConnectionV2(asyncio.Protocol):
         self._set_write_paused(False)
 
     def _set_write_paused(self, paused: bool) -> None:
-        """While the socket's send buffer is full, a consumer gets no more messages but its FINs are still read;
-        anyone else stops being read from, so replies cannot pile up without bound."""
+        """While the socket's send buffer is full, a consumer gets no more messages but its FINs are still read
+        (until its replies pass ``_UNREAD_REPLIES_LIMIT``); anyone else stops being read from, so replies cannot
+        pile up without bound. A client not read from is closed by its read deadline if it never drains."""
         client = self.client
         client.write_paused = paused
         if client.channel is not None:
             client.channel.update_ready(client)
-        elif paused:
+        if paused and client.channel is None:
             self.transport.pause_reading()
-        else:
+        elif not paused and self._upgrade is None and self._deferred is None:
             self.transport.resume_reading()
+
+    def _limit_unread_replies(self) -> None:
+        """A consumer that keeps sending but never reads would grow its replies (E_FIN_FAILED, OK) forever."""
+        if self.client.write_paused and self.transport.get_write_buffer_size() > _UNREAD_REPLIES_LIMIT:
+            self.transport.pause_reading()
 
     # -- bytes in --------------------------------------------------------------------------------------------
 
@@ -185,6 +191,8 @@ class ConnectionV2(asyncio.Protocol):
             if client.channel is not None:
                 client.channel.update_ready(client)
         client.flush()
+        if client.write_paused:
+            self._limit_unread_replies()
 
     def _defer(self, work: Awaitable[bytes | None], rest: Iterator[Command]) -> None:
         self.client.flush()
@@ -540,6 +548,8 @@ class ConnectionV2(asyncio.Protocol):
         return self.client.channel
 
 
+# how much a consumer whose socket does not drain may have waiting to be written before nsqd stops reading it
+_UNREAD_REPLIES_LIMIT = 4 * 1024 * 1024
 # a handler's answer meaning "the auth server decides": the connection asks it, then goes on
 _DEFERRED = b"<deferred>"
 # commands checked against the client's authorizations (asked again once their TTL is over)

@@ -28,21 +28,28 @@ class LookupCommandParser:
     """Bytes in, ``Command`` values out; stops at the first command that carries an error."""
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._pending = bytearray()
+        # how long the pending bytes must grow before parsing them again can finish a command: a body arriving in
+        # small reads is then parsed once, not once per read
+        self._needs = 0
         self._stopped = False
 
     def feed(self, data: bytes) -> list[Command]:
         if self._stopped:
             return []
-        data = self._pending + data
+        self._pending += data
+        if len(self._pending) < self._needs:
+            return []
+        data = bytes(self._pending)
         commands: list[Command] = []
+        self._needs = 0
         pos = 0
         while not self._stopped:
             newline = data.find(b"\n", pos, pos + MAX_LINE_LENGTH)
             if newline < 0:
                 if len(data) - pos >= MAX_LINE_LENGTH:
                     self._stop(commands, b"", [], "E_INVALID", f"command line exceeds {MAX_LINE_LENGTH} bytes")
-                break
+                break  # a line is searched again from its start: bounded by MAX_LINE_LENGTH
             args = data[pos:newline].strip().split(b" ")
             name = args.pop(0)
             if name != b"IDENTIFY":
@@ -51,16 +58,18 @@ class LookupCommandParser:
                 continue
             body_at = newline + 1
             if len(data) - body_at < 4:
+                self._needs = body_at + 4 - pos
                 break
             (size,) = _SIZE.unpack_from(data, body_at)
             if not 0 < size <= MAX_IDENTIFY_BODY:
                 self._stop(commands, name, args, "E_BAD_BODY", f"IDENTIFY invalid body size {size}")
                 break
             if len(data) - body_at - 4 < size:
+                self._needs = body_at + 4 + size - pos
                 break
             commands.append(_new(Command, (name, args, data[body_at + 4:body_at + 4 + size], None, None)))
             pos = body_at + 4 + size
-        self._pending = data[pos:] if not self._stopped else b""
+        self._pending = bytearray(data[pos:]) if not self._stopped else bytearray()
         return commands
 
     def _stop(self, commands: list[Command], name: bytes, args: list[bytes], code: str, text: str) -> None:
