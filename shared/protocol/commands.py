@@ -189,7 +189,9 @@ class CommandParser:
         if body_size > self.max_body_size:
             return _failed(name, args, "E_BAD_BODY", f"MPUB body too big {body_size} > {self.max_body_size}"), start
         # NSQ reads the count and the messages from the stream and never reconciles them with the declared
-        # size: the MPUB ends where its last message does, whatever the size said
+        # size: the MPUB ends where its last message does, whatever the size said. What its messages add up to
+        # is held to --max-body-size, though, which NSQ does not do: unchecked, one MPUB could make nsqd buffer
+        # (max_body_size / 5) messages of max_msg_size each before answering
         try:
             count = _mpub_count(data, start + 4, self.max_body_size)
         except FatalClientError as error:
@@ -197,14 +199,15 @@ class CommandParser:
         if count is None:
             self._wait_until = start + 8
             return None
-        return self._mpub_messages(_PartialMpub(name, args, count), data, start + 8)
+        return self._mpub_messages(_PartialMpub(name, args, count, self.max_body_size - 4), data, start + 8)
 
     def _mpub_messages(self, mpub: _PartialMpub, data: bytes, offset: int) -> tuple[Command | None, int]:
         """Reads on an MPUB's messages from ``offset``: the command once all are there, else (None, the offset of
         the first missing one), remembering the MPUB so the next feed resumes there."""
         messages = mpub.messages
         try:
-            offset, needs = _read_messages(data, offset, len(messages), mpub.count, self.max_msg_size, messages)
+            offset, needs, mpub.room = _read_messages(data, offset, len(messages), mpub.count, self.max_msg_size,
+                                                      messages, mpub.room)
         except FatalClientError as error:
             self._partial_mpub = None
             return _new(Command, (mpub.name, mpub.args, b"", None, error)), offset
@@ -219,13 +222,14 @@ class CommandParser:
 class _PartialMpub:
     """An MPUB whose count has arrived, with the messages read so far."""
 
-    __slots__ = ("name", "args", "count", "messages")
+    __slots__ = ("name", "args", "count", "messages", "room")
 
-    def __init__(self, name: bytes, args: list[bytes], count: int) -> None:
+    def __init__(self, name: bytes, args: list[bytes], count: int, room: int) -> None:
         self.name = name
         self.args = args
         self.count = count
         self.messages: list[bytes] = []
+        self.room = room  # bytes the remaining messages (sizes included) may still take
 
 
 def _plain_fins(data: bytes, start: int, end: int) -> bool:
@@ -245,7 +249,7 @@ def split_mpub(data: bytes, offset: int, max_msg_size: int, max_body_size: int) 
     if count is None:
         return None, offset + 4
     messages: list[bytes] = []
-    end, needs = _read_messages(data, offset + 4, 0, count, max_msg_size, messages)
+    end, needs, _ = _read_messages(data, offset + 4, 0, count, max_msg_size, messages, max_body_size - 4)
     return (None, needs) if needs else (messages, end)
 
 
@@ -260,27 +264,31 @@ def _mpub_count(data: bytes, offset: int, max_body_size: int) -> int | None:
 
 
 def _read_messages(data: bytes, offset: int, index: int, count: int, max_msg_size: int,
-                   out: list[bytes]) -> tuple[int, int]:
-    """Appends MPUB messages ``index`` to ``count - 1``, read from ``offset``, to ``out``.
+                   out: list[bytes], room: int) -> tuple[int, int, int]:
+    """Appends MPUB messages ``index`` to ``count - 1``, read from ``offset``, to ``out``; together they may take
+    ``room`` bytes (sizes included).
 
-    Returns the offset after the last one read and, if one is missing, the length ``data`` must reach to
-    complete it (else 0). A size out of bounds raises NSQ's error as soon as it is read, before its message.
+    Returns the offset after the last one read, the length ``data`` must reach to complete a missing one (else
+    0), and the room left. A size out of bounds raises NSQ's error as soon as it is read, before its message.
     """
     unpack, end = _SIZE.unpack_from, len(data)
     for index in range(index, count):
         if offset + 4 > end:
-            return offset, offset + 4
+            return offset, offset + 4, room
         size: int = unpack(data, offset)[0]
         if size <= 0:
             raise FatalClientError("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size {size}")
         if size > max_msg_size:
             raise FatalClientError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
+        if 4 + size > room:
+            raise FatalClientError("E_BAD_BODY", "MPUB messages exceed --max-body-size")
         start = offset + 4
         if start + size > end:
-            return offset, start + size
+            return offset, start + size, room
         offset = start + size
+        room -= 4 + size
         out.append(data[start:offset])
-    return offset, 0
+    return offset, 0, room
 
 
 _MIN_ARGS = {b"PUB": 1, b"DPUB": 2}
