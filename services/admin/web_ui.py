@@ -6,9 +6,10 @@ A read where every host failed renders the error page with 502; partial failures
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
 from markupsafe import Markup
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .admin import NSQAdmin
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+PageHandler = Callable[[web.Request], Awaitable[web.Response]]
 CHART_WINDOWS = {"1h": 3600, "24h": 24 * 3600}
 
 
@@ -50,82 +52,78 @@ def _render(request: web.Request, template: str, active: str, title: str, warnin
     return web.Response(text=text, content_type="text/html", charset="utf-8", status=status)
 
 
-def _error_page(request: web.Request, active: str, error: UpstreamError) -> web.Response:
-    return _render(request, "error.html", active, "Error", Warnings(), status=502, error=f"UPSTREAM_ERROR: {error}")
+def _page(active: str) -> Callable[[PageHandler], PageHandler]:
+    """A page whose cluster read failed on every host shows the error page (502) under its nav entry."""
+    def decorate(handler: PageHandler) -> PageHandler:
+        @functools.wraps(handler)
+        async def page(request: web.Request) -> web.Response:
+            try:
+                return await handler(request)
+            except UpstreamError as error:
+                return _render(request, "error.html", active, "Error", Warnings(), status=502,
+                               error=f"UPSTREAM_ERROR: {error}")
+        return page
+    return decorate
 
 
+@_page("topics")
 async def topics_page(request: web.Request) -> web.Response:
     admin, warnings = _admin(request), Warnings()
-    try:
-        topics = await admin.cluster.topic_names(warnings)
-    except UpstreamError as error:
-        return _error_page(request, "topics", error)
+    topics = await admin.cluster.topic_names(warnings)
     return _render(request, "topics.html", "topics", "Topics", warnings, topics=topics,
                    rates=await _latest_rates(admin, topics))
 
 
+@_page("topics")
 async def topic_page(request: web.Request) -> web.Response:
     admin, warnings, topic_name = _admin(request), Warnings(), request.match_info["topic"]
-    try:
-        topic = await admin.cluster.topic(topic_name, warnings)
-    except UpstreamError as error:
-        return _error_page(request, "topics", error)
+    topic = await admin.cluster.topic(topic_name, warnings)
     window = _window(request)
     charts = await _charts(admin, topic_name, "", CHART_WINDOWS[window])
     return _render(request, "topic.html", "topics", topic_name, warnings, topic=topic, charts=charts,
                    chart_window=window)
 
 
+@_page("topics")
 async def channel_page(request: web.Request) -> web.Response:
     admin, warnings, match = _admin(request), Warnings(), request.match_info
-    try:
-        channel = await admin.cluster.channel(match["topic"], match["channel"], warnings)
-    except UpstreamError as error:
-        return _error_page(request, "topics", error)
+    channel = await admin.cluster.channel(match["topic"], match["channel"], warnings)
     window = _window(request)
     charts = await _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window])
     return _render(request, "channel.html", "topics", f"{match['topic']}/{match['channel']}", warnings,
                    channel=channel, charts=charts, chart_window=window)
 
 
+@_page("nodes")
 async def nodes_page(request: web.Request) -> web.Response:
     admin, warnings = _admin(request), Warnings()
-    try:
-        nodes = await admin.cluster.nodes(warnings)
-    except UpstreamError as error:
-        return _error_page(request, "nodes", error)
+    nodes = await admin.cluster.nodes(warnings)
     return _render(request, "nodes.html", "nodes", "Nodes", warnings, nodes=nodes,
                    lookupd_count=len(admin.cluster.lookupd_addresses))
 
 
+@_page("nodes")
 async def node_page(request: web.Request) -> web.Response:
     admin, warnings, address = _admin(request), Warnings(), request.match_info["node"]
-    try:
-        node = await admin.cluster.node(address, warnings)
-    except UpstreamError as error:
-        return _error_page(request, "nodes", error)
+    node = await admin.cluster.node(address, warnings)
     if node is None:
         return _render(request, "error.html", "nodes", "Error", warnings, status=404,
                        error=f"NODE_NOT_FOUND: no nsqd at {address}")
     return _render(request, "node.html", "nodes", address, warnings, node=node)
 
 
+@_page("counter")
 async def counter_page(request: web.Request) -> web.Response:
     admin, warnings = _admin(request), Warnings()
-    try:
-        stats = await admin.cluster.counter(warnings)
-    except UpstreamError as error:
-        return _error_page(request, "counter", error)
+    stats = await admin.cluster.counter(warnings)
     return _render(request, "counter.html", "counter", "Counter", warnings,
                    total=sum(entry["message_count"] for entry in stats.values()))
 
 
+@_page("lookup")
 async def lookup_page(request: web.Request) -> web.Response:
     admin, warnings = _admin(request), Warnings()
-    try:
-        inactive = await admin.cluster.inactive_topics(warnings)
-    except UpstreamError as error:
-        return _error_page(request, "lookup", error)
+    inactive = await admin.cluster.inactive_topics(warnings)
     return _render(request, "lookup.html", "lookup", "Lookup", warnings, inactive=inactive)
 
 
