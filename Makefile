@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,fast]'
+	$(BIN)/pip install --quiet -e '.[dev,fast,pipeline]'
 	touch $(STAMP)
 
 ## start the cluster in the foreground: nsqlookupd on 4160/4161, nsqd on 4150/4151 and 4250/4251 (Ctrl-C stops it)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
+import ssl
 import tempfile
 import time
-import ssl
 from pathlib import Path
 from typing import Any
 

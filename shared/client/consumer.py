@@ -187,6 +187,14 @@ class Consumer:
     def total_rdy(self) -> int:
         return sum(conn.rdy for conn in self._connections.values())
 
+    def server_settings(self, address: str) -> dict[str, Any]:
+        """What the nsqd at ``address`` answered IDENTIFY with (``msg_timeout`` in ms, ``max_rdy_count``...);
+        empty while not subscribed there."""
+        conn = self._connections.get(address)
+        if conn is None or conn.connection is None:
+            return {}
+        return dict(conn.connection.server_settings)
+
     def is_starved(self) -> bool:
         """Whether the handlers hold, on some connection, as many messages as they are likely to get from it
         (85 % of its RDY): a batching consumer should process its batch now rather than wait for more."""

@@ -1,0 +1,60 @@
+"""``nsq_event_counts``: an example analytics job. JSON events on a topic (``{"type": ...}``) are counted per type
+in tumbling windows of message time, and the counts are published back to another topic through the ``nsq`` sink
+as ``{"window_start", "window_end", "type", "count"}``.
+
+    nsq_event_counts --topic=events --output-topic=event_counts --lookupd-http-address=127.0.0.1:4161 \\
+        --checkpoint-dir=/data/checkpoints/event_counts [--window="1 minute"] [--master=local[*]]
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nsq_event_counts", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--topic", required=True, help="topic of JSON events")
+    parser.add_argument("--channel", default="nsq_event_counts", help="channel to consume on")
+    parser.add_argument("--output-topic", required=True, help="topic the counts are published to")
+    parser.add_argument("--lookupd-http-address", action="append", default=[], help="lookupd HTTP address")
+    parser.add_argument("--nsqd-tcp-address", action="append", default=[], help="nsqd TCP address")
+    parser.add_argument("--checkpoint-dir", required=True, help="Spark's checkpoint for this query")
+    parser.add_argument("--master", default="local[*]", help="Spark master ('' to take spark-submit's)")
+    parser.add_argument("--window", default="1 minute", help="window length")
+    parser.add_argument("--watermark", default="1 minute", help="how late an event may come")
+    parser.add_argument("--trigger-interval", default="5 seconds", help="how often counts are updated")
+    parser.add_argument("--output-mode", default="update", choices=("update", "append"),
+                        help="update: a window's count whenever it changes; append: once, after the watermark")
+    return parser
+
+
+def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
+    from services.pipeline.transforms import event_counts
+
+    addresses = {"lookupd_http_address": ",".join(args.lookupd_http_address),
+                 "nsqd_tcp_address": ",".join(args.nsqd_tcp_address)}
+    addresses = {key: value for key, value in addresses.items() if value}
+    events = (spark.readStream.format("nsq").option("topic", args.topic).option("channel", args.channel)
+              .options(**addresses).load())
+    counts = event_counts(events, args.window, args.watermark)
+    return (counts.writeStream.format("nsq").option("topic", args.output_topic).options(**addresses)
+            .option("checkpointLocation", args.checkpoint_dir).outputMode(args.output_mode)
+            .trigger(processingTime=args.trigger_interval).start())
+
+
+def main(argv: list[str] | None = None) -> None:
+    from services.pipeline.session import run_until_stopped, spark_session
+
+    args = parser().parse_args(argv)
+    spark = spark_session(args.master, "nsq_event_counts")
+    run_until_stopped(start(spark, args))
+
+
+if __name__ == "__main__":
+    main()

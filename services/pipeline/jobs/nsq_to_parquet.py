@@ -1,0 +1,74 @@
+"""``nsq_to_parquet``: topics archived to Parquet, partitioned by topic, date and hour (UTC), with a checkpoint —
+the scalable nsq_to_file. A message is finished in nsqd only after the batch holding it is committed, so a crash
+loses nothing; what a crash makes nsqd deliver again is dropped by message id within ``--watermark``.
+
+    nsq_to_parquet --topic=events --lookupd-http-address=127.0.0.1:4161 --output-dir=/data/events \\
+        --checkpoint-dir=/data/checkpoints/events [--master=local[*]]
+
+Also runs under ``spark-submit services/pipeline/jobs/nsq_to_parquet.py ...`` against any cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nsq_to_parquet", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--topic", action="append", required=True, help="topic to archive (repeatable)")
+    parser.add_argument("--channel", default="nsq_to_parquet", help="channel to consume on")
+    parser.add_argument("--lookupd-http-address", action="append", default=[], help="lookupd HTTP address")
+    parser.add_argument("--nsqd-tcp-address", action="append", default=[], help="nsqd TCP address")
+    parser.add_argument("--output-dir", required=True, help="where the Parquet files go")
+    parser.add_argument("--checkpoint-dir", required=True, help="Spark's checkpoint for this query")
+    parser.add_argument("--master", default="local[*]", help="Spark master ('' to take spark-submit's)")
+    parser.add_argument("--trigger-interval", default="10 seconds", help="how often a batch is written")
+    parser.add_argument("--watermark", default="10 minutes", help="how long duplicates are looked for")
+    parser.add_argument("--max-in-flight", type=int, default=20_000)
+    parser.add_argument("--max-messages-per-batch", type=int, default=10_000)
+    return parser
+
+
+def source_options(args: argparse.Namespace, topic: str) -> dict[str, str]:
+    options = {"topic": topic, "channel": args.channel, "max_in_flight": str(args.max_in_flight),
+               "max_messages_per_batch": str(args.max_messages_per_batch)}
+    if args.lookupd_http_address:
+        options["lookupd_http_address"] = ",".join(args.lookupd_http_address)
+    if args.nsqd_tcp_address:
+        options["nsqd_tcp_address"] = ",".join(args.nsqd_tcp_address)
+    return options
+
+
+def messages(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    frames = [spark.readStream.format("nsq").options(**source_options(args, topic)).load() for topic in args.topic]
+    combined = frames[0]
+    for frame in frames[1:]:
+        combined = combined.unionByName(frame)
+    return combined
+
+
+def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
+    from services.pipeline.transforms import for_archive
+
+    archive = for_archive(messages(spark, args), args.watermark)
+    return (archive.writeStream.format("parquet").option("path", args.output_dir)
+            .option("checkpointLocation", args.checkpoint_dir).partitionBy("topic", "date", "hour")
+            .trigger(processingTime=args.trigger_interval).start())
+
+
+def main(argv: list[str] | None = None) -> None:
+    from services.pipeline.session import run_until_stopped, spark_session
+
+    args = parser().parse_args(argv)
+    spark = spark_session(args.master, "nsq_to_parquet")
+    run_until_stopped(start(spark, args))
+
+
+if __name__ == "__main__":
+    main()

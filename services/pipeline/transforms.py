@@ -1,0 +1,38 @@
+"""The pipeline's DataFrame transforms, pure (DataFrame in, DataFrame out), so jobs stay thin and tests need no
+cluster: deduplicating redelivered messages, partition columns for the archive, and a windowed count of events."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+# the fields the example analytics job reads from each JSON event; anything else in the event is ignored
+EVENT_SCHEMA = StructType([StructField("type", StringType())])
+
+
+def for_archive(messages: DataFrame, watermark: str) -> DataFrame:
+    """Messages as the archive stores them: each message id once within ``watermark`` (nsqd redelivers a message
+    whose batch was not committed), with ``date`` and ``hour`` columns to partition by (UTC)."""
+    if messages.isStreaming:
+        unique = messages.withWatermark("timestamp", watermark).dropDuplicatesWithinWatermark(["message_id"])
+    else:  # Spark refuses the watermark variant on a static frame, where plain deduplication is exact
+        unique = messages.dropDuplicates(["message_id"])
+    return (unique.withColumn("date", F.date_format(_utc(unique.timestamp), "yyyy-MM-dd"))
+            .withColumn("hour", F.hour(_utc(unique.timestamp))))
+
+
+def event_counts(messages: DataFrame, window: str, watermark: str) -> DataFrame:
+    """Events per ``type`` per tumbling ``window`` of message time, as JSON bodies ready for the ``nsq`` sink:
+    ``{"window_start", "window_end", "type", "count"}``. Bodies that are not JSON objects count as type null."""
+    events = (messages.withWatermark("timestamp", watermark)
+              .withColumn("event", F.from_json(F.col("body").cast("string"), EVENT_SCHEMA)))
+    counts = events.groupBy(F.window("timestamp", window), F.col("event.type").alias("type")).count()
+    return counts.select(F.to_json(F.struct(
+        F.date_format(_utc(counts.window.start), "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("window_start"),
+        F.date_format(_utc(counts.window.end), "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("window_end"),
+        "type", "count")).alias("body"))
+
+
+def _utc(column: Column) -> Column:
+    return F.to_utc_timestamp(column, F.current_timezone())

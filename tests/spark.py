@@ -1,0 +1,37 @@
+"""One local Spark session for every test that needs one (starting a JVM costs seconds), with the ``nsq`` data
+source registered. Spark's Python workers run this interpreter, so they import the project as the tests do."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.processes import ROOT
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    pytest.importorskip("pyspark")
+    from services.pipeline.session import spark_session
+
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    warehouse = Path(tmp_path_factory.mktemp("spark"))
+    session = spark_session("local[2]", "nsq-tests", {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.warehouse.dir": str(warehouse / "warehouse"),
+        "spark.local.dir": str(warehouse / "local"),
+        "spark.driver.memory": "1g",
+    })
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
