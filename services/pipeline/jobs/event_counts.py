@@ -12,7 +12,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 
@@ -43,9 +43,14 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     events = (spark.readStream.format("nsq").option("topic", args.topic).option("channel", args.channel)
               .options(**addresses).load())
     counts = event_counts(events, args.window, args.watermark)
-    return (counts.writeStream.format("nsq").option("topic", args.output_topic).options(**addresses)
-            .option("checkpointLocation", args.checkpoint_dir).outputMode(args.output_mode)
-            .trigger(processingTime=args.trigger_interval).start())
+
+    # Spark's streaming writers for Python data sources take append mode only; a batch write per micro-batch
+    # publishes in update mode too
+    def publish(batch: DataFrame, batch_id: int) -> None:
+        batch.write.format("nsq").option("topic", args.output_topic).options(**addresses).mode("append").save()
+
+    return (counts.writeStream.foreachBatch(publish).option("checkpointLocation", args.checkpoint_dir)
+            .outputMode(args.output_mode).trigger(processingTime=args.trigger_interval).start())
 
 
 def main(argv: list[str] | None = None) -> None:
