@@ -23,12 +23,13 @@ async def listen_tcp(address: str, protocol_factory: Callable[[], asyncio.BasePr
 
 
 async def listen_http(address: str, app: web.Application, log: logging.Logger,
-                      ssl_context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, tuple[str, int]]:
-    """HTTP, or HTTPS with ``ssl_context`` (logged as ``HTTPS: listening on ...``)."""
+                      ssl_context: ssl.SSLContext | None = None,
+                      label: str = "") -> tuple[web.AppRunner, tuple[str, int]]:
+    """HTTP, or HTTPS with ``ssl_context`` (logged as ``HTTPS: listening on ...``, or ``label: ...``)."""
     sock = listening_socket(address)
     bound = sock.getsockname()[:2]
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     await web.SockSite(runner, sock, ssl_context=ssl_context).start()
-    log.info("%s: listening on %s", "HTTPS" if ssl_context else "HTTP", join_host_port(*bound))
+    log.info("%s: listening on %s", label or ("HTTPS" if ssl_context else "HTTP"), join_host_port(*bound))
     return runner, bound

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -23,6 +25,7 @@ class NSQDProcess:
     tcp_port: int
     http_port: int
     log_lines: list[str] = field(default_factory=list)
+    scratch: Path | None = None  # a data path made for this process alone, removed when it stops
 
     @property
     def tcp_address(self) -> tuple[str, int]:
@@ -50,6 +53,8 @@ class NSQDProcess:
                 self.process.kill()
                 self.process.wait()
         self._log_reader.join(timeout)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
         return self.process.returncode
 
     def __post_init__(self) -> None:
@@ -65,9 +70,18 @@ class NSQDProcess:
 
 
 def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15) -> NSQDProcess:
-    """``nsqd`` on 127.0.0.1 with ports chosen by the kernel; ``args`` are extra flags."""
-    extra = [f"--data-path={data_path}"] if data_path is not None else []
-    return _start("services.nsqd", [*_TCP_AND_HTTP, *args, *extra], ("TCP", "HTTP"), timeout)
+    """``nsqd`` on 127.0.0.1 with ports chosen by the kernel; ``args`` are extra flags. Without ``data_path`` its
+    data goes to a directory of its own, removed when it stops."""
+    scratch = Path(tempfile.mkdtemp(prefix="nsqd-")) if data_path is None else None
+    try:
+        started = _start("services.nsqd", [*_TCP_AND_HTTP, *args, f"--data-path={data_path or scratch}"],
+                         ("TCP", "HTTP"), timeout)
+    except BaseException:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    started.scratch = scratch
+    return started
 
 
 def start_lookupd(*args: str, timeout: float = 15) -> NSQDProcess:

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqlookupd")
 
 LOOKUPD_KEY: web.AppKey[NSQLookupd] = web.AppKey("nsqlookupd")
+# whether the app serves clients outside the nsqd's network (--external-http-address)
+EXTERNAL_KEY: web.AppKey[bool] = web.AppKey("external", bool)
 
 
 @web.middleware
@@ -31,9 +33,10 @@ async def count_requests(request: web.Request, handler: Handler) -> web.StreamRe
     return response
 
 
-def build_app(lookupd: NSQLookupd) -> web.Application:
+def build_app(lookupd: NSQLookupd, external: bool = False) -> web.Application:
     app = web.Application(middlewares=[count_requests, nsq_errors(log), redirect_fixed_paths])
     app[LOOKUPD_KEY] = lookupd
+    app[EXTERNAL_KEY] = external
     for path, handler in (("/ping", ping), ("/info", info), ("/lookup", lookup), ("/topics", topics),
                           ("/channels", channels), ("/nodes", nodes), ("/debug", debug), ("/metrics", metrics)):
         app.router.add_get(path, handler, allow_head=False)
@@ -87,7 +90,7 @@ async def lookup(request: web.Request) -> web.Response:
     producers = active(db.find_producers("topic", topic, ""), time.time(), lookupd.opts.inactive_producer_timeout,
                        lookupd.opts.tombstone_lifetime)
     return json_response({"channels": sorted(r.subkey for r in db.find_registrations("channel", topic, "*")),
-                          "producers": [producer.peer.json() for producer in producers]})
+                          "producers": [producer.peer.json(request.app[EXTERNAL_KEY]) for producer in producers]})
 
 
 async def topics(request: web.Request) -> web.Response:
@@ -111,7 +114,8 @@ async def nodes(request: web.Request) -> web.Response:
         topic_names = sorted(r.key for r in db.lookup_registrations(producer.peer.id) if r.category == "topic")
         tombstones = [db.registrations[Registration("topic", name, "")][producer.peer.id]
                       .tombstoned(now, lookupd.opts.tombstone_lifetime) for name in topic_names]
-        result.append({**producer.peer.json(), "tombstones": tombstones, "topics": topic_names})
+        result.append({**producer.peer.json(request.app[EXTERNAL_KEY]), "tombstones": tombstones,
+                       "topics": topic_names})
     return json_response({"producers": result})
 
 

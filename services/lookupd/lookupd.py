@@ -33,8 +33,9 @@ class NSQLookupd:
         self.metrics = PrometheusEndpoint(LookupdCollector(self))
         self.tcp_address: tuple[str, int] = ("", 0)
         self.http_address: tuple[str, int] = ("", 0)
+        self.external_http_address: tuple[str, int] = ("", 0)
         self._tcp_server: asyncio.AbstractServer | None = None
-        self._http_runner: web.AppRunner | None = None
+        self._http_runners: list[web.AppRunner] = []
 
     async def start(self) -> None:
         try:
@@ -45,13 +46,19 @@ class NSQLookupd:
 
     async def _start(self) -> None:
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address, lambda: ConnectionV1(self), log)
-        self._http_runner, self.http_address = await listen_http(self.opts.http_address, build_app(self), log)
+        runner, self.http_address = await listen_http(self.opts.http_address, build_app(self), log)
+        self._http_runners.append(runner)
+        if self.opts.external_http_address:
+            runner, self.external_http_address = await listen_http(
+                self.opts.external_http_address, build_app(self, external=True), log, label="HTTP (external)")
+            self._http_runners.append(runner)
 
     async def stop(self) -> None:
         if self._tcp_server is not None:
             self._tcp_server.close()
-        if self._http_runner is not None:
-            await self._http_runner.cleanup()
+        for runner in self._http_runners:
+            await runner.cleanup()
+        self._http_runners.clear()
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
 

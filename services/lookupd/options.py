@@ -14,6 +14,9 @@ class Options(ProgramOptions):
     log_prefix: str = option("[nsqlookupd] ", "log message prefix")
     tcp_address: str = option("0.0.0.0:4160", "<addr>:<port> to listen on for TCP clients")
     http_address: str = option("0.0.0.0:4161", "<addr>:<port> to listen on for HTTP clients")
+    external_http_address: str = option("", "<addr>:<port> to listen on for HTTP clients outside the nsqd's "
+                                            "network: /lookup and /nodes there give each nsqd's "
+                                            "--external-broadcast-address (default: off)")
     broadcast_address: str = option(socket.gethostname(), "address of this lookupd node, (default to the OS "
                                                           "hostname)")
     inactive_producer_timeout: float = option(300.0, "duration of time a producer will remain in the active list "

@@ -139,8 +139,10 @@ def _peer_info(body: bytes, remote_address: str) -> PeerInfo:
         data = None
     if not isinstance(data, dict):
         raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-    fields: dict[str, type] = {"broadcast_address": str, "tcp_port": int, "http_port": int, "version": str, "hostname": str,
-              "topology_zone": str, "topology_region": str}
+    fields: dict[str, type] = {"broadcast_address": str, "tcp_port": int, "http_port": int, "version": str,
+                               "hostname": str, "topology_zone": str, "topology_region": str,
+                               "external_broadcast_address": str, "external_tcp_port": int,
+                               "external_http_port": int}
     values: dict[str, Any] = {}
     for name, kind in fields.items():
         value = data.get(name)

@@ -34,13 +34,22 @@ class PeerInfo:
     version: str
     topology_zone: str = ""
     topology_region: str = ""
+    # how clients outside the nsqd's network (the host of its container) reach it; empty: as everyone else
+    external_broadcast_address: str = ""
+    external_tcp_port: int = 0
+    external_http_port: int = 0
     last_update: float = 0.0  # unix seconds
 
-    def json(self) -> dict[str, Any]:
-        return {"remote_address": self.remote_address, "hostname": self.hostname,
-                "broadcast_address": self.broadcast_address, "tcp_port": self.tcp_port,
-                "http_port": self.http_port, "version": self.version, "topology_zone": self.topology_zone,
-                "topology_region": self.topology_region}
+    def json(self, external: bool = False) -> dict[str, Any]:
+        """NSQ's producer shape; ``external``: with the addresses given for clients outside the nsqd's network,
+        where it gave them."""
+        address, tcp_port, http_port = self.broadcast_address, self.tcp_port, self.http_port
+        if external and self.external_broadcast_address:
+            address = self.external_broadcast_address
+            tcp_port, http_port = self.external_tcp_port or tcp_port, self.external_http_port or http_port
+        return {"remote_address": self.remote_address, "hostname": self.hostname, "broadcast_address": address,
+                "tcp_port": tcp_port, "http_port": http_port, "version": self.version,
+                "topology_zone": self.topology_zone, "topology_region": self.topology_region}
 
 
 @dataclass

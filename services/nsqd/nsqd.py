@@ -232,10 +232,16 @@ class NSQD:
 
     def _lookupd_identity(self) -> dict[str, object]:
         opts = self.opts
-        return {"version": VERSION, "tcp_port": opts.broadcast_tcp_port or self.tcp_address[1],
-                "http_port": opts.broadcast_http_port or self.http_address[1], "hostname": self.hostname,
-                "broadcast_address": opts.broadcast_address, "topology_zone": opts.topology_zone,
-                "topology_region": opts.topology_region}
+        identity: dict[str, object] = {
+            "version": VERSION, "tcp_port": opts.broadcast_tcp_port or self.tcp_address[1],
+            "http_port": opts.broadcast_http_port or self.http_address[1], "hostname": self.hostname,
+            "broadcast_address": opts.broadcast_address, "topology_zone": opts.topology_zone,
+            "topology_region": opts.topology_region}
+        if opts.external_broadcast_address:
+            identity.update(external_broadcast_address=opts.external_broadcast_address,
+                            external_tcp_port=opts.external_broadcast_tcp_port,
+                            external_http_port=opts.external_broadcast_http_port)
+        return identity
 
     # -- metadata --------------------------------------------------------------------------------------------
 

@@ -29,6 +29,13 @@ class Options(ProgramOptions):
     broadcast_address: str = option(socket.gethostname(), "address that will be registered with lookupd")
     broadcast_tcp_port: int = option(0, "TCP port that will be registered with lookupd (default: listen port)")
     broadcast_http_port: int = option(0, "HTTP port that will be registered with lookupd (default: listen port)")
+    external_broadcast_address: str = option("", "address registered with lookupd for clients outside this "
+                                                 "node's network (its container's host, say), handed out on "
+                                                 "lookupd's --external-http-address (default: none)")
+    external_broadcast_tcp_port: int = option(0, "TCP port registered for clients outside this node's network "
+                                                 "(default: the broadcast TCP port)")
+    external_broadcast_http_port: int = option(0, "HTTP port registered for clients outside this node's network "
+                                                  "(default: the broadcast HTTP port)")
     nsqlookupd_tcp_addresses: list[str] = option(
         [], "lookupd TCP address (may be given multiple times)", flag="lookupd-tcp-address")
     auth_http_addresses: list[str] = option(

@@ -6,6 +6,7 @@ import json
 import socket
 import struct
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,49 @@ def test_metrics(lookupd: NSQDProcess) -> None:
         assert line in text, line
     assert "process_resident_memory_bytes" in text
     nsqd.close()
+
+
+def test_clients_outside_the_nsqd_network_get_its_external_address(tmp_path: Path) -> None:
+    """The Docker case: lookupd's external listener (the port published to the host) hands out each nsqd's
+    --external-broadcast-address, its usual listener the --broadcast-address that containers resolve."""
+    from tests.processes import start_nsqd
+
+    lookupd = start_lookupd("--external-http-address=127.0.0.1:0")
+    nsqds: list[NSQDProcess] = []
+    try:
+        external_port = wait_for_log_port(lookupd, "HTTP (external): listening on ")
+        registered = f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"
+        nsqds.append(start_nsqd(registered, "--external-broadcast-address=host.example",
+                                "--external-broadcast-tcp-port=14150"))
+        nsqds.append(start_nsqd(registered))  # gives no external address: the same for everyone
+        for nsqd in nsqds:
+            assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
+        deadline = time.monotonic() + 10
+        while len(get(lookupd, "/lookup?topic=t")[1].get("producers", [])) < 2:
+            assert time.monotonic() < deadline, "the nsqd did not register"
+            time.sleep(0.05)
+
+        def addresses(port: int, path: str) -> set[tuple[str, int, int]]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+                producers = json.load(response)["producers"]
+            return {(p["broadcast_address"], p["tcp_port"], p["http_port"]) for p in producers}
+
+        inside = {("127.0.0.1", nsqd.tcp_port, nsqd.http_port) for nsqd in nsqds}
+        outside = {("host.example", 14150, nsqds[0].http_port), ("127.0.0.1", nsqds[1].tcp_port, nsqds[1].http_port)}
+        for path in ("/lookup?topic=t", "/nodes"):
+            assert addresses(lookupd.http_port, path) == inside
+            assert addresses(external_port, path) == outside
+    finally:
+        for nsqd in nsqds:
+            nsqd.stop()
+        lookupd.stop()
+
+
+def wait_for_log_port(process: NSQDProcess, prefix: str, timeout: float = 10) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in process.log_lines:
+            if prefix in line:
+                return int(line.rsplit(":", 1)[1])
+        time.sleep(0.05)
+    raise AssertionError(f"no {prefix!r} in the log")
