@@ -59,14 +59,15 @@ def stream(args: argparse.Namespace, nsqd: NSQDProcess, workdir: Path) -> None:
                  .option("nsqd_tcp_address", f"127.0.0.1:{nsqd.tcp_port}")
                  .option("max_in_flight", str(args.max_in_flight))
                  .option("max_messages_per_batch", str(args.max_messages_per_batch)).load()
-                 .writeStream.format("parquet").option("path", str(workdir / "parquet"))
+                 .writeStream.format(args.sink).option("path", str(workdir / "parquet"))
                  .option("checkpointLocation", str(workdir / "checkpoint"))
                  .trigger(processingTime=args.trigger).start())
         try:
             report(args.messages, nsqd)
             print(batch_sizes(query.recentProgress))
-            rows = spark.read.parquet(str(workdir / "parquet")).count()
-            print(f"rows in Parquet: {rows:,}")
+            if args.sink == "parquet":
+                rows = spark.read.parquet(str(workdir / "parquet")).count()
+                print(f"rows in Parquet: {rows:,}")
         finally:
             query.stop()
     finally:
@@ -108,9 +109,11 @@ def batch_sizes(progress: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=500_000)
-    parser.add_argument("--max-in-flight", type=int, default=200_000)
-    parser.add_argument("--max-messages-per-batch", type=int, default=100_000)
+    parser.add_argument("--max-in-flight", type=int, default=400_000)
+    parser.add_argument("--max-messages-per-batch", type=int, default=200_000)
     parser.add_argument("--trigger", default="100 milliseconds", help="processingTime trigger")
+    parser.add_argument("--sink", default="parquet", choices=("parquet", "noop"),
+                        help="noop: Spark's sink that writes nothing, to see the source's own cost")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as directory:
         workdir = Path(directory)

@@ -35,11 +35,15 @@ def spark_session(master: str, app_name: str, config: Mapping[str, str] | None =
     return session
 
 
-def run_until_stopped(query: StreamingQuery, poll_seconds: int = 1) -> None:
-    """Waits for the query; SIGTERM or SIGINT stop it cleanly (the source requeues what was not committed).
+def run_until_stopped(query: StreamingQuery, http_address: str = "", poll_seconds: int = 1) -> None:
+    """Waits for the query; SIGTERM or SIGINT stop it cleanly (the source requeues what was not committed). With
+    ``http_address``, serves ``/ping`` and ``/metrics`` there meanwhile.
 
     The query is stopped from this loop, not from the signal handler: the handler runs in the middle of a call to
     the JVM, and py4j's connection cannot take a second call then."""
+    from .monitoring import serve
+
+    server = serve(http_address, query, query.name or "nsq") if http_address else None
     stop_requested = False
 
     def request_stop(signum: int, frame: object) -> None:
@@ -48,7 +52,11 @@ def run_until_stopped(query: StreamingQuery, poll_seconds: int = 1) -> None:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    while not query.awaitTermination(poll_seconds):
-        if stop_requested:
-            query.stop()
-    query.awaitTermination()  # raises what the query failed with, if it did
+    try:
+        while not query.awaitTermination(poll_seconds):
+            if stop_requested:
+                query.stop()
+        query.awaitTermination()  # raises what the query failed with, if it did
+    finally:
+        if server is not None:
+            server.shutdown()

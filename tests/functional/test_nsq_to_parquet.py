@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,12 +53,21 @@ class Driver:
     def __init__(self, lookupd: NSQDProcess, tmp_path: Path) -> None:
         self.output, self.checkpoint = tmp_path / "out", tmp_path / "checkpoint"
         self.log = open(tmp_path / f"driver-{time.monotonic_ns()}.log", "w")
+        self.http_port = free_port()
         command = [sys.executable, "-m", "services.pipeline.jobs.nsq_to_parquet", f"--topic={TOPIC}",
                    f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}", f"--output-dir={self.output}",
                    f"--checkpoint-dir={self.checkpoint}", "--master=local[2]", "--trigger-interval=1 second",
-                   "--max-messages-per-batch=2000", "--max-in-flight=5000"]
+                   "--max-messages-per-batch=2000", "--max-in-flight=5000",
+                   f"--http-address=127.0.0.1:{self.http_port}"]
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int | None:
         if self.process.poll() is None:
@@ -68,6 +79,16 @@ class Driver:
                 self.process.wait()
         self.log.close()
         return self.process.returncode
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def metric(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
 def archived_ids(spark: SparkSession, output: Path) -> list[int]:
@@ -122,6 +143,10 @@ def test_archives_every_message_exactly_once_across_a_driver_kill(
         # everything archived is finished in nsqd, nothing left in flight or queued
         wait_for(lambda: (lambda c: c["depth"] == 0 and c["in_flight_count"] == 0)(channel_stats(nsqd)), 30,
                  "channel drained")
+        assert driver.get("/ping") == (200, "OK")
+        status, metrics = driver.get("/metrics")
+        assert status == 200 and metric(metrics, "nsq_pipeline_query_active") == 1
+        assert 0 < metric(metrics, "nsq_pipeline_input_rows_total") <= MESSAGES
     finally:
         assert driver.stop(signal.SIGTERM) is not None
     ids = archived_ids(spark, driver.output)

@@ -26,6 +26,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--nsqd-tcp-address", action="append", default=[], help="nsqd TCP address")
     parser.add_argument("--checkpoint-dir", required=True, help="Spark's checkpoint for this query")
     parser.add_argument("--master", default="local[*]", help="Spark master ('' to take spark-submit's)")
+    parser.add_argument("--http-address", default="",
+                        help="<addr>:<port> to serve /ping and /metrics on (default: none)")
     parser.add_argument("--window", default="1 minute", help="window length")
     parser.add_argument("--watermark", default="1 minute", help="how late an event may come")
     parser.add_argument("--trigger-interval", default="5 seconds", help="how often counts are updated")
@@ -50,7 +52,8 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
         batch.write.format("nsq").option("topic", args.output_topic).options(**addresses).mode("append").save()
 
     return (counts.writeStream.foreachBatch(publish).option("checkpointLocation", args.checkpoint_dir)
-            .outputMode(args.output_mode).trigger(processingTime=args.trigger_interval).start())
+            .outputMode(args.output_mode).trigger(processingTime=args.trigger_interval).queryName("nsq_event_counts")
+            .start())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     spark = spark_session(args.master, "nsq_event_counts")
-    run_until_stopped(start(spark, args))
+    run_until_stopped(start(spark, args), args.http_address)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", required=True, help="where the Parquet files go")
     parser.add_argument("--checkpoint-dir", required=True, help="Spark's checkpoint for this query")
     parser.add_argument("--master", default="local[*]", help="Spark master ('' to take spark-submit's)")
+    parser.add_argument("--http-address", default="",
+                        help="<addr>:<port> to serve /ping and /metrics on (default: none)")
     parser.add_argument("--trigger-interval", default="10 seconds", help="how often a batch is written")
     parser.add_argument("--watermark", default="10 minutes", help="how long duplicates are looked for")
     parser.add_argument("--max-in-flight", type=int, default=20_000)
@@ -59,7 +61,7 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     archive = for_archive(messages(spark, args), args.watermark)
     return (archive.writeStream.format("parquet").option("path", args.output_dir)
             .option("checkpointLocation", args.checkpoint_dir).partitionBy("topic", "date", "hour")
-            .trigger(processingTime=args.trigger_interval).start())
+            .trigger(processingTime=args.trigger_interval).queryName("nsq_to_parquet").start())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     spark = spark_session(args.master, "nsq_to_parquet")
-    run_until_stopped(start(spark, args))
+    run_until_stopped(start(spark, args), args.http_address)
 
 
 if __name__ == "__main__":
