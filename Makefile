@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test typecheck unit browser bench clean
+.PHONY: up test typecheck unit browser bench clean wheels
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
@@ -37,6 +37,14 @@ browser:
 	  elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
 	  else echo "$(CHROMIUM) missing and no root or passwordless sudo: browser tests will be skipped"; exit 0; fi; \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive sh -c 'apt-get update -qq && apt-get install -y -qq -o Dpkg::Use-Pty=0 chromium'; }
+
+## wheels for the Docker images (deploy/wheels): the project and every dependency, built here so that an image
+## build needs no package index; the pipeline's (PySpark, pyarrow) apart, so the services image does not carry them
+wheels: $(STAMP)
+	rm -rf deploy/wheels
+	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/services '.[fast]'
+	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/pipeline --find-links deploy/wheels/services '.[fast,pipeline]'
+	cd deploy/wheels/pipeline && for wheel in *.whl; do if [ -e "../services/$$wheel" ]; then rm "$$wheel"; fi; done
 
 ## throughput benchmark (see bench/README.md)
 bench: $(STAMP)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from shared.flags import parse_duration
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
@@ -24,6 +26,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-topic", required=True, help="topic the counts are published to")
     parser.add_argument("--lookupd-http-address", action="append", default=[], help="lookupd HTTP address")
     parser.add_argument("--nsqd-tcp-address", action="append", default=[], help="nsqd TCP address")
+    parser.add_argument("--lookupd-poll-interval", type=parse_duration, default=60.0,
+                        help="how often lookupd is asked for the topic's nsqd (Go duration, default 1m)")
     parser.add_argument("--checkpoint-dir", required=True, help="Spark's checkpoint for this query")
     parser.add_argument("--master", default="local[*]", help="Spark master ('' to take spark-submit's)")
     parser.add_argument("--http-address", default="",
@@ -43,7 +47,7 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
                  "nsqd_tcp_address": ",".join(args.nsqd_tcp_address)}
     addresses = {key: value for key, value in addresses.items() if value}
     events = (spark.readStream.format("nsq").option("topic", args.topic).option("channel", args.channel)
-              .options(**addresses).load())
+              .option("lookupd_poll_interval", str(args.lookupd_poll_interval)).options(**addresses).load())
     counts = event_counts(events, args.window, args.watermark)
 
     # Spark's streaming writers for Python data sources take append mode only; a batch write per micro-batch

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from shared.flags import parse_duration
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
@@ -25,6 +27,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--channel", default="nsq_to_parquet", help="channel to consume on")
     parser.add_argument("--lookupd-http-address", action="append", default=[], help="lookupd HTTP address")
     parser.add_argument("--nsqd-tcp-address", action="append", default=[], help="nsqd TCP address")
+    parser.add_argument("--lookupd-poll-interval", type=parse_duration, default=60.0,
+                        help="how often lookupd is asked for the topic's nsqd (Go duration, default 1m)")
     parser.add_argument("--output-dir", required=True, help="where the Parquet files go")
     parser.add_argument("--checkpoint-dir", required=True, help="Spark's checkpoint for this query")
     parser.add_argument("--master", default="local[*]", help="Spark master ('' to take spark-submit's)")
@@ -39,7 +43,8 @@ def parser() -> argparse.ArgumentParser:
 
 def source_options(args: argparse.Namespace, topic: str) -> dict[str, str]:
     options = {"topic": topic, "channel": args.channel, "max_in_flight": str(args.max_in_flight),
-               "max_messages_per_batch": str(args.max_messages_per_batch)}
+               "max_messages_per_batch": str(args.max_messages_per_batch),
+               "lookupd_poll_interval": str(args.lookupd_poll_interval)}
     if args.lookupd_http_address:
         options["lookupd_http_address"] = ",".join(args.lookupd_http_address)
     if args.nsqd_tcp_address:
