@@ -38,11 +38,11 @@ browser:
 	  else echo "$(CHROMIUM) missing and no root or passwordless sudo: browser tests will be skipped"; exit 0; fi; \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive sh -c 'apt-get update -qq && apt-get install -y -qq -o Dpkg::Use-Pty=0 chromium'; }
 
-## wheels for the Docker images (deploy/wheels): the project and every dependency, built here so that an image
-## build needs no package index; the pipeline's (PySpark, pyarrow) apart, so the services image does not carry them
+## wheels for the Docker images (deploy/wheels): every dependency, built here so that an image build needs no
+## package index (OFFLINE=1); the pipeline's (PySpark, pyarrow) apart, so the services image does not carry them
 wheels: $(STAMP)
-	rm -rf deploy/wheels
-	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/services '.[fast]'
+	rm -rf deploy/wheels/services deploy/wheels/pipeline
+	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/services '.[fast]' 'setuptools>=68'
 	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/pipeline --find-links deploy/wheels/services '.[fast,pipeline]'
 	cd deploy/wheels/pipeline && for wheel in *.whl; do if [ -e "../services/$$wheel" ]; then rm "$$wheel"; fi; done
 

@@ -132,6 +132,10 @@ class Options(ProgramOptions):
             raise FlagError("cannot require TLS client connections without TLS key and cert")
         if self.mem_queue_size < 0:
             raise FlagError("--mem-queue-size must be >= 0")
+        if (self.external_broadcast_tcp_port or self.external_broadcast_http_port) \
+                and not self.external_broadcast_address:
+            raise FlagError("--external-broadcast-tcp-port and --external-broadcast-http-port need "
+                            "--external-broadcast-address")
         for name in ("max_rdy_count", "max_msg_size", "max_body_size", "queue_scan_selection_count",
                      "queue_scan_worker_pool_max"):
             if getattr(self, name) <= 0:

@@ -37,7 +37,7 @@ from shared.client import Message
 
 from .datasource import SCHEMA
 from .holding_consumer import HoldingConsumer
-from .message_rows import MessageRows, message_table, partition_messages
+from .message_rows import message_table, partition_messages, read_partition
 from .options import NSQOptions, parse_options
 
 if TYPE_CHECKING:
@@ -56,9 +56,7 @@ class NSQBatchReader(DataSourceReader):
             return list(partition_messages(self._options.topic, messages))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        # with nothing read, Spark hands over a plain InputPartition(None)
-        if isinstance(partition, MessageRows) and len(partition):
-            yield partition.record_batch()
+        return read_partition(partition)
 
 
 class NSQBatch:

@@ -52,6 +52,7 @@ class HoldingConsumer:
         self._arrival: asyncio.Event | None = None
         self._closing = False
         self._shutdown: concurrent.futures.Future[None] | None = None
+        self._calls: set[asyncio.Task[Any]] = set()  # calls from other threads under way
 
     # -- any thread but the loop's -------------------------------------------------------------------------------
 
@@ -70,6 +71,11 @@ class HoldingConsumer:
         """Up to ``limit`` (None: all) of the messages received and not yet taken, oldest first; still held."""
         return self._call(self._take(limit))
 
+    def window(self) -> int:
+        """How many messages nsqd may have in flight to this consumer now (the RDY counts of its connections, each
+        capped by that nsqd's --max-rdy-count), taken or not."""
+        return self._call(self._window())
+
     def collect(self, limit: int, idle_timeout: float) -> tuple[list[Message], bool]:
         """Waits until ``limit`` messages (0: no limit) are waiting, or nsqd cannot send more because of what is
         held (the consumer is starved), or ``idle_timeout`` s pass without a message; takes them. The flag says
@@ -86,7 +92,7 @@ class HoldingConsumer:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Gives back everything held, closes the connections and ends the thread. Safe to call again, also from a
-        signal handler that interrupted a call in progress: that call then waits for the same shutdown."""
+        signal handler that interrupted a call in progress: that call then raises ConsumerStopped."""
         if self._loop is None or self._thread is None:
             return
         if self._shutdown is None:
@@ -106,9 +112,23 @@ class HoldingConsumer:
         if self._shutdown is not None or self._loop is None:
             coroutine.close()
             raise ConsumerStopped(f"consumer of {self._options.topic}/{self._options.channel} is stopped")
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(self._tracked(coroutine), self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.CancelledError:
+            raise ConsumerStopped(f"consumer of {self._options.topic}/{self._options.channel} was stopped") from None
 
     # -- the loop thread -----------------------------------------------------------------------------------------
+
+    async def _tracked(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Runs a call from another thread so that a stop can cancel it: its caller must not wait forever."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._calls.add(task)
+        try:
+            return await coroutine
+        finally:
+            self._calls.discard(task)
 
     async def _start(self) -> None:
         options = self._options
@@ -131,6 +151,10 @@ class HoldingConsumer:
         self._waiting.append(message)
         assert self._arrival is not None
         self._arrival.set()
+
+    async def _window(self) -> int:
+        assert self._consumer is not None
+        return self._consumer.total_rdy
 
     async def _take(self, limit: int | None) -> list[Message]:
         count = len(self._waiting) if limit is None else min(limit, len(self._waiting))
@@ -183,6 +207,8 @@ class HoldingConsumer:
 
     async def _stop_consuming(self, timeout: float) -> None:
         self._closing = True
+        for call in self._calls:
+            call.cancel()
         if self._toucher is not None:
             self._toucher.cancel()
             await asyncio.gather(self._toucher, return_exceptions=True)

@@ -4,7 +4,7 @@ where the partition is read (on an executor, so the driver's single Python proce
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 from pyspark.sql.datasource import InputPartition
@@ -48,6 +48,13 @@ class MessageRows(InputPartition):
             pa.array(self.addresses, pa.string()),
             pa.array([self.topic] * len(self), pa.string()),
         ], schema=ARROW_SCHEMA)
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A reader's ``read``: the partition's rows as one record batch (with nothing read, Spark hands over a plain
+    ``InputPartition(None)``)."""
+    if isinstance(partition, MessageRows) and len(partition):
+        yield partition.record_batch()
 
 
 def partition_messages(topic: str, messages: Sequence[Message], max_bytes: int = MAX_PARTITION_BYTES,

@@ -25,14 +25,22 @@ class QueryProgress:
         self._query, self._job = query, job
         self._rows = 0
         self._seen_batches: set[int] = set()
+        self._lock = threading.Lock()  # scrapes come on threads of their own
 
     def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            self._count_new_batches()
+        yield from self._families()
+
+    def _count_new_batches(self) -> None:
         for progress in self._query.recentProgress:  # the last few batches, some perhaps already counted
             if progress.batchId not in self._seen_batches:
                 self._seen_batches.add(progress.batchId)
                 self._rows += progress.numInputRows
         if len(self._seen_batches) > 10_000:  # recentProgress only holds the last 100
             self._seen_batches = set(sorted(self._seen_batches)[-1000:])
+
+    def _families(self) -> Iterator[Metric]:
         last: Any = self._query.lastProgress
         labels = ["job"]
         active = GaugeMetricFamily("nsq_pipeline_query_active", "1 while the streaming query runs", labels=labels)

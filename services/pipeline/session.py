@@ -60,3 +60,4 @@ def run_until_stopped(query: StreamingQuery, http_address: str = "", poll_second
     finally:
         if server is not None:
             server.shutdown()
+            server.server_close()

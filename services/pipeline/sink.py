@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 from aiohttp import ClientSession, ClientTimeout
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -55,7 +56,7 @@ MAX_CHUNK_BYTES = 5 * 1024 * 1024
 # how long a node that failed is tried after the others
 NODE_DOWN_SECONDS = 5.0
 # answers about the chunk itself, not the node: another node would give the same
-_PERMANENT = frozenset({"E_BAD_TOPIC", "E_BAD_MESSAGE", "E_BAD_BODY", "E_INVALID"})
+_PERMANENT = frozenset({"E_BAD_TOPIC", "E_BAD_MESSAGE", "E_BAD_BODY"})
 
 
 class SinkError(Exception):
@@ -111,14 +112,18 @@ def total(messages: Iterable[WriterCommitMessage | None]) -> NSQCommitMessage:
                             sum(message.retries for message in done), dict(per_node))
 
 
-class NSQWriter(DataSourceArrowWriter):
-    """``df.write.format("nsq")``: each task publishes its partition."""
+class _PartitionPublisher:
+    """What both writers do: check on the driver, publish a partition in each task."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.config = configure(options, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> NSQCommitMessage:
         return write_partition(self.config, iterator)
+
+
+class NSQWriter(_PartitionPublisher, DataSourceArrowWriter):
+    """``df.write.format("nsq")``: each task publishes its partition."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log.info("nsq sink: published %s", total(messages))
@@ -127,14 +132,8 @@ class NSQWriter(DataSourceArrowWriter):
         log.warning("nsq sink: write failed after the other tasks published %s", total(messages))
 
 
-class NSQStreamWriter(DataSourceStreamArrowWriter):
+class NSQStreamWriter(_PartitionPublisher, DataSourceStreamArrowWriter):
     """``df.writeStream.format("nsq")``: each micro-batch's tasks publish their partitions."""
-
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.config = configure(options, schema)
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> NSQCommitMessage:
-        return write_partition(self.config, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.info("nsq sink: batch %d published %s", batchId, total(messages))
@@ -187,6 +186,10 @@ def _bodies(column: Any, first_row: int) -> list[bytes]:
     if column.null_count:
         row = first_row + column.is_null().to_pylist().index(True)
         raise SinkError(f"row {row} of the partition has a null body: every row needs one")
+    empty = pc.equal(pc.binary_length(column), 0)
+    if pc.any(empty).as_py():
+        row = first_row + empty.to_pylist().index(True)
+        raise SinkError(f"row {row} of the partition has an empty body: nsqd refuses empty messages")
     if pa.types.is_string(column.type):
         column = column.cast(pa.binary())  # the same bytes: Arrow strings are UTF-8
     elif pa.types.is_large_string(column.type):

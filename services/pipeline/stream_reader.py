@@ -21,12 +21,12 @@ nsqd after its msg_timeout, in a later batch. So every message is written at lea
 (``transforms.for_archive`` drops them by message id).
 
 Memory and batch size: nsqd sends no more than ``max_in_flight`` un-FIN'd messages, and a batch's messages stay
-un-FIN'd until the next batch is planned, so a batch holds at most ``max_in_flight`` messages in all; by default a
-batch takes at most half of it (and at most ``max_messages_per_batch``), so that the next batch fills while one is
-written. Raise ``max_in_flight`` (and nsqd's ``--max-rdy-count``, 2500 by default, which caps each connection) for
-larger batches.
+un-FIN'd until the next batch is planned, so a batch holds at most ``max_in_flight`` messages in all; a batch takes
+at most half of the window nsqd actually allows (``max_in_flight``, or less where each connection's RDY is capped by
+that nsqd's ``--max-rdy-count``, 2500 by default) and at most ``max_messages_per_batch``, so that the next batch
+fills while one is written. Raise both ``max_in_flight`` and ``--max-rdy-count`` for larger batches.
 
-``query.stop()`` ends the driver process with SIGTERM, so the reader installs a SIGTERM handler that stops it (every
+``query.stop()`` ends the Python process Spark runs for the source on the driver with SIGTERM, so the reader installs a SIGTERM handler that stops it (every
 message not committed is given back with REQ, no delay) before the process ends as it would have.
 
 Options (see ``options``): ``topic`` and ``channel``, ``lookupd_http_address`` and/or ``nsqd_tcp_address``,
@@ -51,7 +51,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from shared.client import Message
 
 from .holding_consumer import HoldingConsumer
-from .message_rows import MessageRows, partition_messages
+from .message_rows import partition_messages, read_partition
 from .options import NSQOptions, parse_options
 
 log = logging.getLogger("nsq.pipeline")
@@ -76,7 +76,9 @@ class NSQStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         consumer = self._open()
         batch = max(self._last_batch, start["batch"])  # after a restart, numbering continues from the checkpoint
-        messages = consumer.take(limit.max_rows if isinstance(limit, ReadMaxRows) else None)
+        # half the window at most, whatever Spark allows: the rest keeps arriving while this batch is written
+        most = max(1, consumer.window() // 2)
+        messages = consumer.take(min(limit.max_rows, most) if isinstance(limit, ReadMaxRows) else most)
         if messages:
             batch = self._last_batch = batch + 1
             self._sealed[batch] = messages
@@ -91,8 +93,7 @@ class NSQStreamReader(DataSourceStreamReader):
         return list(partition_messages(self._options.topic, messages))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, MessageRows) and len(partition):
-            yield partition.record_batch()
+        return read_partition(partition)
 
     def commit(self, end: Offset) -> None:
         done = sorted(batch for batch in self._sealed if batch <= end["batch"])
@@ -114,8 +115,10 @@ class NSQStreamReader(DataSourceStreamReader):
 
 
 def batch_limit(options: NSQOptions) -> int:
-    """How many messages a micro-batch takes at most: half of ``max_in_flight``, so the next batch can fill while
-    one waits for its commit (the whole window would leave the next one empty), and ``max_messages_per_batch``."""
+    """How many messages a micro-batch takes at most: ``max_messages_per_batch``, and half of ``max_in_flight``
+    (``latestOffset`` also takes at most half of what the nsqd actually allow in flight, which their
+    ``--max-rdy-count`` caps), so that the next batch fills while one waits for its commit: the whole window would
+    leave the next one empty."""
     return max(1, min(options.max_messages_per_batch, options.max_in_flight // 2))
 
 

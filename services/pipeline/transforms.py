@@ -12,10 +12,15 @@ EVENT_SCHEMA = StructType([StructField("type", StringType())])
 
 
 def for_archive(messages: DataFrame, watermark: str) -> DataFrame:
-    """Messages as the archive stores them: each message id once within ``watermark`` (nsqd redelivers a message
-    whose batch was not committed), with ``date`` and ``hour`` columns to partition by (UTC)."""
+    """Messages as the archive stores them: each message id once within ``watermark`` of its first arrival (nsqd
+    redelivers a message whose batch was not committed), with ``date`` and ``hour`` columns to partition by (UTC).
+
+    The watermark runs on the time each batch was read, not on the message's own timestamp: Spark drops rows older
+    than the watermark, and a message published long ago (a backlog, a node that was away, a deferred message) must
+    still be archived, not dropped and then FIN'd."""
     if messages.isStreaming:
-        unique = messages.withWatermark("timestamp", watermark).dropDuplicatesWithinWatermark(["message_id"])
+        unique = (messages.withColumn("_read_at", F.current_timestamp()).withWatermark("_read_at", watermark)
+                  .dropDuplicatesWithinWatermark(["message_id"]).drop("_read_at"))
     else:  # Spark refuses the watermark variant on a static frame, where plain deduplication is exact
         unique = messages.dropDuplicates(["message_id"])
     return (unique.withColumn("date", F.date_format(_utc(unique.timestamp), "yyyy-MM-dd"))

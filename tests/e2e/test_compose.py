@@ -72,7 +72,7 @@ def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
     root = "/tmp/nsq-e2e-dockerd"
     cache = ROOT / ".data" / "docker"  # kept between runs: the compose plugin and the base image
     environment = {**os.environ, "DOCKERD_ROOT": root, "DOCKER_CONFIG": str(cache / "client"),
-                   "DOCKER_HOST": f"unix://{root}/docker.sock", "BASE_IMAGE": BASE_IMAGE,
+                   "DOCKER_HOST": f"unix://{root}/docker.sock", "BASE_IMAGE": BASE_IMAGE, "OFFLINE": "1",
                    "BASE_TARBALL": str(cache / "python-base.tar"),
                    "COMPOSE_PROGRESS": "plain", "COMPOSE_ANSI": "never"}
     timings: dict[str, float] = {}

@@ -75,6 +75,7 @@ def test_without_a_topic_column_every_row_goes_to_the_option() -> None:
 
 @pytest.mark.parametrize(("second", "topic", "error"), [
     ({"body": ["c", None], "topic": ["x", "x"]}, "t", "row 3 of the partition has a null body"),
+    ({"body": ["c", ""], "topic": ["x", "x"]}, "t", "row 3 of the partition has an empty body"),
     ({"body": ["c", "d"], "topic": ["x", "no spaces"]}, "t", "row 3 of the partition has an invalid topic name"),
     ({"body": ["c", "d"], "topic": ["x", None]}, "", "row 3 of the partition has a null topic and no topic option"),
 ])

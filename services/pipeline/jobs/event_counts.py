@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from shared.flags import parse_duration
+from services.pipeline.jobs import add_common_arguments, addresses, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -22,16 +22,8 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nsq_event_counts", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--topic", required=True, help="topic of JSON events")
-    parser.add_argument("--channel", default="nsq_event_counts", help="channel to consume on")
     parser.add_argument("--output-topic", required=True, help="topic the counts are published to")
-    parser.add_argument("--lookupd-http-address", action="append", default=[], help="lookupd HTTP address")
-    parser.add_argument("--nsqd-tcp-address", action="append", default=[], help="nsqd TCP address")
-    parser.add_argument("--lookupd-poll-interval", type=parse_duration, default=60.0,
-                        help="how often lookupd is asked for the topic's nsqd (Go duration, default 1m)")
-    parser.add_argument("--checkpoint-dir", required=True, help="Spark's checkpoint for this query")
-    parser.add_argument("--master", default="local[*]", help="Spark master ('' to take spark-submit's)")
-    parser.add_argument("--http-address", default="",
-                        help="<addr>:<port> to serve /ping and /metrics on (default: none)")
+    add_common_arguments(parser, channel="nsq_event_counts")
     parser.add_argument("--window", default="1 minute", help="window length")
     parser.add_argument("--watermark", default="1 minute", help="how late an event may come")
     parser.add_argument("--trigger-interval", default="5 seconds", help="how often counts are updated")
@@ -43,17 +35,14 @@ def parser() -> argparse.ArgumentParser:
 def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     from services.pipeline.transforms import event_counts
 
-    addresses = {"lookupd_http_address": ",".join(args.lookupd_http_address),
-                 "nsqd_tcp_address": ",".join(args.nsqd_tcp_address)}
-    addresses = {key: value for key, value in addresses.items() if value}
-    events = (spark.readStream.format("nsq").option("topic", args.topic).option("channel", args.channel)
-              .option("lookupd_poll_interval", str(args.lookupd_poll_interval)).options(**addresses).load())
+    events = spark.readStream.format("nsq").options(**source_options(args, args.topic)).load()
     counts = event_counts(events, args.window, args.watermark)
 
     # Spark's streaming writers for Python data sources take append mode only; a batch write per micro-batch
     # publishes in update mode too
     def publish(batch: DataFrame, batch_id: int) -> None:
-        batch.write.format("nsq").option("topic", args.output_topic).options(**addresses).mode("append").save()
+        sink = batch.write.format("nsq").option("topic", args.output_topic).options(**addresses(args))
+        sink.mode("append").save()
 
     return (counts.writeStream.foreachBatch(publish).option("checkpointLocation", args.checkpoint_dir)
             .outputMode(args.output_mode).trigger(processingTime=args.trigger_interval).queryName("nsq_event_counts")

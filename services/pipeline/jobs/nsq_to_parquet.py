@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from shared.flags import parse_duration
+from services.pipeline.jobs import add_common_arguments, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -24,16 +24,8 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nsq_to_parquet", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--topic", action="append", required=True, help="topic to archive (repeatable)")
-    parser.add_argument("--channel", default="nsq_to_parquet", help="channel to consume on")
-    parser.add_argument("--lookupd-http-address", action="append", default=[], help="lookupd HTTP address")
-    parser.add_argument("--nsqd-tcp-address", action="append", default=[], help="nsqd TCP address")
-    parser.add_argument("--lookupd-poll-interval", type=parse_duration, default=60.0,
-                        help="how often lookupd is asked for the topic's nsqd (Go duration, default 1m)")
+    add_common_arguments(parser, channel="nsq_to_parquet")
     parser.add_argument("--output-dir", required=True, help="where the Parquet files go")
-    parser.add_argument("--checkpoint-dir", required=True, help="Spark's checkpoint for this query")
-    parser.add_argument("--master", default="local[*]", help="Spark master ('' to take spark-submit's)")
-    parser.add_argument("--http-address", default="",
-                        help="<addr>:<port> to serve /ping and /metrics on (default: none)")
     parser.add_argument("--trigger-interval", default="10 seconds", help="how often a batch is written")
     parser.add_argument("--watermark", default="10 minutes", help="how long duplicates are looked for")
     parser.add_argument("--max-in-flight", type=int, default=20_000)
@@ -41,19 +33,10 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def source_options(args: argparse.Namespace, topic: str) -> dict[str, str]:
-    options = {"topic": topic, "channel": args.channel, "max_in_flight": str(args.max_in_flight),
-               "max_messages_per_batch": str(args.max_messages_per_batch),
-               "lookupd_poll_interval": str(args.lookupd_poll_interval)}
-    if args.lookupd_http_address:
-        options["lookupd_http_address"] = ",".join(args.lookupd_http_address)
-    if args.nsqd_tcp_address:
-        options["nsqd_tcp_address"] = ",".join(args.nsqd_tcp_address)
-    return options
-
-
 def messages(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    frames = [spark.readStream.format("nsq").options(**source_options(args, topic)).load() for topic in args.topic]
+    sizes = {"max_in_flight": str(args.max_in_flight), "max_messages_per_batch": str(args.max_messages_per_batch)}
+    frames = [spark.readStream.format("nsq").options(**source_options(args, topic), **sizes).load()
+              for topic in args.topic]
     combined = frames[0]
     for frame in frames[1:]:
         combined = combined.unionByName(frame)
