@@ -451,3 +451,9 @@ def test_nsqd_defaults_are_nsqs() -> None:
             opts.max_output_buffer_timeout, opts.max_output_buffer_size) == (60.0, 0.25, 0.025, 30.0, 65536)
     assert (opts.tcp_address, opts.http_address) == ("0.0.0.0:4150", "0.0.0.0:4151")
     assert 0 <= opts.node_id < 1024
+
+
+def test_external_ports_need_an_external_address() -> None:
+    with pytest.raises(FlagError, match="need --external-broadcast-address"):
+        Options(external_broadcast_tcp_port=4250).validate()
+    Options(external_broadcast_address="127.0.0.1", external_broadcast_tcp_port=4250).validate()
