@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     spark = spark_session(args.master, "nsq_event_counts")
-    run_until_stopped(start(spark, args), args.http_address)
+    query = start(spark, args)
+    print(f"nsq_event_counts: counting {args.topic} (channel {args.channel}) into topic {args.output_topic}",
+          flush=True)
+    run_until_stopped(query, args.http_address)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser().parse_args(argv)
     spark = spark_session(args.master, "nsq_to_parquet")
-    run_until_stopped(start(spark, args), args.http_address)
+    query = start(spark, args)
+    print(f"nsq_to_parquet: archiving {', '.join(args.topic)} (channel {args.channel}) into {args.output_dir}",
+          flush=True)
+    run_until_stopped(query, args.http_address)
 
 
 if __name__ == "__main__":
