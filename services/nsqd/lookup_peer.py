@@ -56,6 +56,7 @@ class LookupPeer:
         self._registered: set[Registration] = set()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._stopping = False
         self.task: asyncio.Task[None] | None = None
         # what the lookupd said of itself in IDENTIFY (broadcast_address, http_port, ...)
         self.info: dict[str, Any] = {}
@@ -64,9 +65,11 @@ class LookupPeer:
         self.task = asyncio.create_task(self._run(), name=f"lookupd {self.address}")
 
     async def stop(self) -> None:
-        if self.task is not None:
+        self._stopping = True
+        # Python 3.11's wait_for can swallow a cancellation that meets the reply it waited for: cancel until done
+        while self.task is not None and not self.task.done():
             self.task.cancel()
-            await asyncio.wait({self.task})
+            await asyncio.wait({self.task}, timeout=1.0)
         self._close()
 
     def changed(self) -> None:
@@ -75,7 +78,7 @@ class LookupPeer:
 
     async def _run(self) -> None:
         delay = 1.0
-        while True:
+        while not self._stopping:
             try:
                 await self._connect()
                 delay = 1.0

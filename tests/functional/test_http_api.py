@@ -636,7 +636,7 @@ def test_config_get(shared_nsqd: NSQDProcess) -> None:
 def test_config_put(nsqd: NSQDProcess) -> None:
     assert config_value(nsqd, "log_level", "PUT", b"debug") == 1
     assert config_value(nsqd, "log_level") == 1
-    addresses = ["127.0.0.1:4160", "127.0.0.2:4160"]
+    addresses = ["127.0.0.2:1", "127.0.0.3:1"]  # nothing listens there, whatever else runs on this machine
     assert config_value(nsqd, "nsqlookupd_tcp_addresses", "PUT", json.dumps(addresses).encode()) == addresses
     assert config_value(nsqd, "nsqlookupd_tcp_addresses") == addresses
     assert config_value(nsqd, "nsqlookupd_tcp_addresses", "PUT", b"[]") == []
