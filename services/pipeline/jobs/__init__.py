@@ -4,8 +4,14 @@ command line (where NSQ is, the Spark master, the HTTP endpoint) is declared her
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from shared.flags import parse_duration
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, channel: str) -> None:
@@ -31,3 +37,14 @@ def source_options(args: argparse.Namespace, topic: str) -> dict[str, str]:
     """The ``nsq`` source's options for one topic."""
     return {"topic": topic, "channel": args.channel, "lookupd_poll_interval": str(args.lookupd_poll_interval),
             **addresses(args)}
+
+
+def run(name: str, args: argparse.Namespace, start: Callable[[SparkSession, argparse.Namespace], StreamingQuery],
+        what: str) -> None:
+    """A job's ``main``: its Spark session, its query started, ``what`` it does said once, then running until
+    SIGTERM or SIGINT."""
+    from services.pipeline.session import run_until_stopped, spark_session
+
+    query = start(spark_session(args.master, name), args)
+    print(f"{name}: {what}", flush=True)
+    run_until_stopped(query, args.http_address)

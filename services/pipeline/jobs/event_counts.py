@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from services.pipeline.jobs import add_common_arguments, addresses, source_options
+from services.pipeline.jobs import add_common_arguments, addresses, run, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,14 +50,9 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from services.pipeline.session import run_until_stopped, spark_session
-
     args = parser().parse_args(argv)
-    spark = spark_session(args.master, "nsq_event_counts")
-    query = start(spark, args)
-    print(f"nsq_event_counts: counting {args.topic} (channel {args.channel}) into topic {args.output_topic}",
-          flush=True)
-    run_until_stopped(query, args.http_address)
+    run("nsq_event_counts", args, start,
+        f"counting {args.topic} (channel {args.channel}) into topic {args.output_topic}")
 
 
 if __name__ == "__main__":

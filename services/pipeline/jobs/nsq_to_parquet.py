@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from services.pipeline.jobs import add_common_arguments, source_options
+from services.pipeline.jobs import add_common_arguments, run, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,14 +53,9 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from services.pipeline.session import run_until_stopped, spark_session
-
     args = parser().parse_args(argv)
-    spark = spark_session(args.master, "nsq_to_parquet")
-    query = start(spark, args)
-    print(f"nsq_to_parquet: archiving {', '.join(args.topic)} (channel {args.channel}) into {args.output_dir}",
-          flush=True)
-    run_until_stopped(query, args.http_address)
+    run("nsq_to_parquet", args, start,
+        f"archiving {', '.join(args.topic)} (channel {args.channel}) into {args.output_dir}")
 
 
 if __name__ == "__main__":
