@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import tempfile
 import time
@@ -22,7 +21,7 @@ from typing import Any
 
 from bench.run import SIZE, cpu_seconds
 from shared.client import Producer
-from tests.processes import ROOT, NSQDProcess, start_nsqd
+from tests.processes import ROOT, NSQDProcess, finished, start_nsqd
 
 TOPIC = "bench_pipeline"
 CHANNEL = "parquet"
@@ -33,16 +32,6 @@ async def fill(address: str, messages: int) -> None:
     async with Producer(address) as producer:
         for start in range(0, messages, 1000):
             await producer.multi_publish(TOPIC, [body] * min(1000, messages - start))
-
-
-def finished(nsqd: NSQDProcess) -> int:
-    document = json.loads(nsqd.http("GET", f"/stats?format=json&topic={TOPIC}")[2])
-    for topic in document.get("topics") or []:
-        for channel in topic.get("channels") or []:
-            if channel["channel_name"] == CHANNEL:
-                return int(channel["message_count"] - channel["depth"] - channel["in_flight_count"]
-                           - channel["deferred_count"])
-    return 0
 
 
 def stream(args: argparse.Namespace, nsqd: NSQDProcess, workdir: Path) -> None:
@@ -78,7 +67,7 @@ def report(messages: int, nsqd: NSQDProcess) -> None:
     start = time.perf_counter()
     cpu = cpu_seconds(nsqd.process.pid)
     first_fin = None
-    while (done := finished(nsqd)) < messages:
+    while (done := finished(nsqd.channel_stats(TOPIC, CHANNEL))) < messages:
         if done and first_fin is None:
             first_fin = (time.perf_counter(), done)
         time.sleep(0.05)

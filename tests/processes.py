@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -12,8 +13,10 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 _LISTENING = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
@@ -44,6 +47,15 @@ class NSQDProcess:
         except urllib.error.HTTPError as error:
             return error.code, dict(error.headers), error.read()
 
+    def channel_stats(self, topic: str, channel: str) -> dict[str, Any]:
+        """The channel's entry in nsqd's /stats, or {} while it does not exist."""
+        document = json.loads(self.http("GET", f"/stats?format=json&topic={topic}")[2])
+        for topic_stats in document.get("topics") or []:
+            for stats in topic_stats.get("channels") or []:
+                if topic_stats["topic_name"] == topic and stats["channel_name"] == channel:
+                    return dict(stats)
+        return {}
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
@@ -67,6 +79,24 @@ class NSQDProcess:
         with self.process.stdout:
             for line in self.process.stdout:
                 self.log_lines.append(line.rstrip("\n"))
+
+
+def finished(stats: dict[str, Any]) -> int:
+    """What a channel counts as finished (FIN'd): every message it got, less what it still holds; 0 for {}."""
+    if not stats:
+        return 0
+    return int(stats["message_count"] - stats["depth"] - stats["in_flight_count"] - stats["deferred_count"])
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
+             interval: float = 0.05) -> Any:
+    """``condition()``'s first true result, polled every ``interval``; AssertionError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s")
+        time.sleep(interval)
+    return result
 
 
 def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15) -> NSQDProcess:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import json
 import re
 import signal
 import socket
@@ -19,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.processes import ROOT, NSQDProcess, start_lookupd, start_nsqd
+from tests.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd
 
 CHANNEL = "nsq_to_file"
 SHORT_HOST = socket.gethostname().split(".")[0]
@@ -75,17 +74,7 @@ def publish(nsqd: NSQDProcess, topic: str, bodies: list[bytes]) -> None:
 
 
 def channel_stats(nsqd: NSQDProcess, topic: str, channel: str = CHANNEL) -> dict[str, Any]:
-    document = json.loads(nsqd.http("GET", f"/stats?format=json&topic={topic}")[2])
-    for topic_stats in document.get("topics") or []:
-        for stats in topic_stats.get("channels") or []:
-            if stats["channel_name"] == channel:
-                return dict(stats)
-    return {}
-
-
-def finished(stats: dict[str, Any]) -> int:
-    """What nsqd counts as finished: every message the channel got, less what it still holds."""
-    return int(stats["message_count"] - stats["depth"] - stats["in_flight_count"] - stats["deferred_count"])
+    return nsqd.channel_stats(topic, channel)
 
 
 def drained(nsqd: NSQDProcess, topic: str, count: int) -> bool:

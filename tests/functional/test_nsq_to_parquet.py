@@ -11,13 +11,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.processes import ROOT, NSQDProcess, start_lookupd, start_nsqd
+from tests.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
 from tests.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
@@ -100,27 +100,8 @@ def archived_ids(spark: SparkSession, output: Path) -> list[int]:
     return [int(row.n) for row in rows]
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        time.sleep(0.5)
-    return result
-
-
 def channel_stats(nsqd: NSQDProcess) -> dict[str, Any]:
-    document = json.loads(nsqd.http("GET", f"/stats?format=json&topic={TOPIC}")[2])
-    return next(channel for channel in document["topics"][0]["channels"] if channel["channel_name"] == "nsq_to_parquet")
-
-
-def finished(nsqd: NSQDProcess) -> int:
-    """Messages FIN'd on the job's channel: written and committed by the job."""
-    document = json.loads(nsqd.http("GET", f"/stats?format=json&topic={TOPIC}")[2])
-    channels = [channel for topic in document["topics"] for channel in topic["channels"]
-                if channel["channel_name"] == "nsq_to_parquet"]
-    return sum(channel["message_count"] - channel["depth"] - channel["in_flight_count"] - channel["deferred_count"]
-               for channel in channels)
+    return nsqd.channel_stats(TOPIC, "nsq_to_parquet")
 
 
 @pytest.mark.timeout(300)
@@ -130,19 +111,19 @@ def test_archives_every_message_exactly_once_across_a_driver_kill(
     publish(nsqd)
     driver = Driver(lookupd, tmp_path)
     try:
-        wait_for(lambda: finished(nsqd) >= 4000, 120, "first batches archived")
+        wait_for(lambda: finished(channel_stats(nsqd)) >= 4000, 120, "first batches archived", interval=0.5)
     finally:
         driver.stop(signal.SIGKILL)
-    assert finished(nsqd) < MESSAGES, "killed too late to test anything"
+    assert finished(channel_stats(nsqd)) < MESSAGES, "killed too late to test anything"
     # what the killed driver held (read, perhaps written, not committed) is still in flight until nsqd's timeout
     killed_with = len(archived_ids(spark, driver.output))
 
     driver = Driver(lookupd, tmp_path)
     try:
-        wait_for(lambda: finished(nsqd) == MESSAGES, 180, "every message archived")
+        wait_for(lambda: finished(channel_stats(nsqd)) == MESSAGES, 180, "every message archived", interval=0.5)
         # everything archived is finished in nsqd, nothing left in flight or queued
         wait_for(lambda: (lambda c: c["depth"] == 0 and c["in_flight_count"] == 0)(channel_stats(nsqd)), 30,
-                 "channel drained")
+                 "channel drained", interval=0.5)
         assert driver.get("/ping") == (200, "OK")
         status, metrics = driver.get("/metrics")
         assert status == 200 and metric(metrics, "nsq_pipeline_query_active") == 1

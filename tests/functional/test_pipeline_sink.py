@@ -26,7 +26,7 @@ from shared.protocol.frames import (
     decode_message,
     encode_command,
 )
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd
+from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
 from tests.spark import spark  # noqa: F401
 
 if TYPE_CHECKING:
@@ -57,19 +57,12 @@ def cluster(tmp_path: Path, *flags: str, nodes: int = 2) -> Iterator[tuple[NSQDP
             data_path.mkdir()
             started.append(start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", *flags,
                                       data_path=data_path))
-        wait_until(lambda: len(json.loads(lookupd.http("GET", "/nodes")[2])["producers"]) == nodes)
+        wait_for(lambda: len(json.loads(lookupd.http("GET", "/nodes")[2])["producers"]) == nodes)
         yield lookupd, started
     finally:
         for nsqd in started:
             nsqd.stop()
         lookupd.stop()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def topic_stats(nsqd: NSQDProcess) -> dict[str, dict[str, int]]:
@@ -168,7 +161,7 @@ def test_a_node_killed_mid_write_loses_nothing(spark: SparkSession, tmp_path: Pa
         # acknowledged the topic's first messages: the topic must be on record before the kill
         for number, nsqd in enumerate((survivor, victim)):
             assert nsqd.http("POST", "/topic/create?topic=sunk")[0] == 200
-            wait_until(lambda: "sunk" in (tmp_path / f"nsqd{number}" / "nsqd.dat").read_text())
+            wait_for(lambda: "sunk" in (tmp_path / f"nsqd{number}" / "nsqd.dat").read_text())
         # the write runs in this thread: a Python data source is only found from the thread that made the session
         killer = Killer(victim, "sunk")
         try:

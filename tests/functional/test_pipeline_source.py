@@ -5,16 +5,13 @@ the next query on the same checkpoint, an nsqd found through lookupd after the q
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd
+from tests.processes import NSQDProcess, finished, start_lookupd, wait_for
 from tests.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
@@ -26,21 +23,6 @@ TOPIC = "events"
 CHANNEL = "pipeline"
 
 
-@pytest.fixture
-def nsqds(tmp_path: Path) -> Iterator[Callable[..., NSQDProcess]]:
-    started: list[NSQDProcess] = []
-
-    def start(*args: str) -> NSQDProcess:
-        data_path = tmp_path / f"nsqd{len(started)}"
-        data_path.mkdir()
-        started.append(start_nsqd(*FAST_SCAN, *args, data_path=data_path))
-        return started[-1]
-
-    yield start
-    for process in started:
-        process.stop()
-
-
 def publish(nsqd: NSQDProcess, bodies: list[bytes], chunk: int = 5000) -> None:
     for first in range(0, len(bodies), chunk):
         status, _, reply = nsqd.http("POST", f"/mpub?topic={TOPIC}", b"\n".join(bodies[first:first + chunk]))
@@ -48,27 +30,7 @@ def publish(nsqd: NSQDProcess, bodies: list[bytes], chunk: int = 5000) -> None:
 
 
 def channel_stats(nsqd: NSQDProcess) -> dict[str, Any]:
-    document = json.loads(nsqd.http("GET", f"/stats?format=json&topic={TOPIC}")[2])
-    for topic_stats in document.get("topics") or []:
-        for stats in topic_stats.get("channels") or []:
-            if stats["channel_name"] == CHANNEL:
-                return dict(stats)
-    return {}
-
-
-def finished(stats: dict[str, Any]) -> int:
-    if not stats:
-        return 0
-    return int(stats["message_count"] - stats["depth"] - stats["in_flight_count"] - stats["deferred_count"])
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s")
-        time.sleep(interval)
-    return result
+    return nsqd.channel_stats(TOPIC, CHANNEL)
 
 
 def source(spark: SparkSession, **options: object) -> DataFrame:  # noqa: F811
@@ -103,10 +65,10 @@ class Batches:
         return [row[2] for row in self.rows]
 
 
-def test_stream_into_parquet_exactly_once(spark: SparkSession, nsqds: Callable[..., NSQDProcess],  # noqa: F811
+def test_stream_into_parquet_exactly_once(spark: SparkSession, nsqd_factory: Callable[..., NSQDProcess],  # noqa: F811
                                           tmp_path: Path) -> None:
     # a msg_timeout shorter than the first micro-batch takes: the messages waiting get TOUCHed, none times out
-    nsqd = nsqds("--msg-timeout=4s", "--max-rdy-count=10000")
+    nsqd = nsqd_factory("--msg-timeout=4s", "--max-rdy-count=10000")
     sent = bodies(20_000)
     publish(nsqd, sent)
     output = tmp_path / "parquet"
@@ -116,7 +78,7 @@ def test_stream_into_parquet_exactly_once(spark: SparkSession, nsqds: Callable[.
              .trigger(processingTime="100 milliseconds").start())
     try:
         # the last batch is FIN'd once Spark plans the (empty) batch after it
-        wait_for(lambda: finished(stats := channel_stats(nsqd)) == len(sent) and not stats["in_flight_count"])
+        wait_for(lambda: finished(stats := channel_stats(nsqd)) == len(sent) and not stats["in_flight_count"], 60)
     finally:
         query.stop()
     written = spark.read.parquet(str(output)).select("message_id", "body", "attempts", "topic").collect()
@@ -129,9 +91,9 @@ def test_stream_into_parquet_exactly_once(spark: SparkSession, nsqds: Callable[.
 
 
 def test_nothing_finished_before_commit_and_failed_batch_redelivered(
-        spark: SparkSession, nsqds: Callable[..., NSQDProcess], tmp_path: Path) -> None:  # noqa: F811
+        spark: SparkSession, nsqd_factory: Callable[..., NSQDProcess], tmp_path: Path) -> None:  # noqa: F811
     # the default msg_timeout (60 s) is longer than the test may take: what comes back, came back by REQ
-    nsqd = nsqds()
+    nsqd = nsqd_factory()
     sent = bodies(3000)
     publish(nsqd, sent)
     options = {"nsqd_tcp_address": f"127.0.0.1:{nsqd.tcp_port}", "max_in_flight": 600}
@@ -155,7 +117,7 @@ def test_nothing_finished_before_commit_and_failed_batch_redelivered(
              .trigger(processingTime="100 milliseconds").start())
     try:
         wait_for(lambda: set(first.bodies()) | set(second.bodies()) == set(sent)
-                 and finished(channel_stats(nsqd)) == len(sent))
+                 and finished(channel_stats(nsqd)) == len(sent), 60)
     finally:
         query.stop()
     again = {row[1]: row[3] for row in second.rows if row[1] in failed}
@@ -165,21 +127,21 @@ def test_nothing_finished_before_commit_and_failed_batch_redelivered(
 
 
 def test_nsqd_found_through_lookupd_after_start(spark: SparkSession,  # noqa: F811
-                                                nsqds: Callable[..., NSQDProcess], tmp_path: Path) -> None:
+                                                nsqd_factory: Callable[..., NSQDProcess], tmp_path: Path) -> None:
     lookupd = start_lookupd()
     try:
         registered = f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"
-        first = nsqds(registered)
+        first = nsqd_factory(registered)
         publish(first, bodies(100, b"a"))
         sink = Batches()
         query = (source(spark, lookupd_http_address=f"127.0.0.1:{lookupd.http_port}", lookupd_poll_interval=0.5)
                  .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "checkpoint"))
                  .trigger(processingTime="100 milliseconds").start())
         try:
-            wait_for(lambda: len(sink.rows) >= 100)
-            second = nsqds(registered)
+            wait_for(lambda: len(sink.rows) >= 100, 60)
+            second = nsqd_factory(registered)
             publish(second, bodies(100, b"b"))
-            wait_for(lambda: len(sink.rows) >= 200)
+            wait_for(lambda: len(sink.rows) >= 200, 60)
         finally:
             query.stop()
         assert sorted(sink.bodies()) == bodies(100, b"a") + bodies(100, b"b")
@@ -188,10 +150,10 @@ def test_nsqd_found_through_lookupd_after_start(spark: SparkSession,  # noqa: F8
         lookupd.stop()
 
 
-def test_batch_reads(spark: SparkSession, nsqds: Callable[..., NSQDProcess], tmp_path: Path) -> None:  # noqa: F811
+def test_batch_reads(spark: SparkSession, nsqd_factory: Callable[..., NSQDProcess], tmp_path: Path) -> None:  # noqa: F811
     from services.pipeline.batch_reader import drain, read_batch
 
-    nsqd = nsqds()
+    nsqd = nsqd_factory()
     sent = bodies(500)
     publish(nsqd, sent)
     options = {"topic": TOPIC, "channel": CHANNEL, "nsqd_tcp_address": f"127.0.0.1:{nsqd.tcp_port}",
