@@ -7,35 +7,33 @@ Register routes with ``allow_head=False``: httprouter has no implicit HEAD, so `
 
 from __future__ import annotations
 
-import html
 import json
 import logging
-import posixpath
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-NSQ_CONTENT_TYPE = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+from .http_conventions import (
+    NSQ_CONTENT_TYPE,
+    HTTPError,
+    error_body,
+    fixed_path_candidates,
+    parse_bool,
+    redirect_body,
+    redirect_status,
+)
+
+__all__ = ["NSQ_CONTENT_TYPE", "HTTPError", "Handler", "empty_response", "error_response", "json_response",
+           "nsq_errors", "parse_bool", "redirect_fixed_paths", "text_response"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class HTTPError(Exception):
-    """An API error answered as ``{"message": code}`` with ``status``."""
-
-    def __init__(self, status: int, code: str, extra: dict[str, Any] | None = None) -> None:
-        super().__init__(f"{status} {code}")
-        self.status = status
-        self.code = code
-        self.extra = extra or {}
-
-
 def error_response(status: int, code: str, extra: dict[str, Any] | None = None,
                    headers: dict[str, str] | None = None) -> web.Response:
-    body = json.dumps({"message": code, **(extra or {})}, separators=(",", ":"))
-    return web.Response(status=status, text=body, content_type="application/json", charset="utf-8",
-                        headers={**NSQ_CONTENT_TYPE, **(headers or {})})
+    return web.Response(status=status, text=error_body(code, extra), content_type="application/json",
+                        charset="utf-8", headers={**NSQ_CONTENT_TYPE, **(headers or {})})
 
 
 def json_response(data: Any) -> web.Response:
@@ -88,7 +86,7 @@ async def redirect_fixed_paths(request: web.Request, handler: Handler) -> web.St
     if request.match_info.http_exception is None or request.method == "CONNECT" or path == "/":
         return await handler(request)
     query = request.rel_url.raw_query_string
-    for candidate in _fixed_path_candidates(path):
+    for candidate in fixed_path_candidates(path):
         target = request.rel_url.with_path(candidate)  # with_path drops the query
         match = await request.app.router.resolve(request.clone(rel_url=target))
         if match.http_exception is None:
@@ -96,25 +94,8 @@ async def redirect_fixed_paths(request: web.Request, handler: Handler) -> web.St
     return await handler(request)
 
 
-def _fixed_path_candidates(path: str) -> list[str]:
-    toggled = path[:-1] if path.endswith("/") else path + "/"
-    cleaned = posixpath.normpath("/" + path.lstrip("/"))
-    if path.endswith("/") and cleaned != "/":
-        cleaned += "/"  # httprouter's CleanPath keeps a trailing slash
-    candidates = [toggled]
-    if cleaned != path:
-        candidates += [cleaned, cleaned[:-1] if cleaned.endswith("/") else cleaned + "/"]
-    return [candidate for candidate in candidates if candidate]
-
-
 def _redirect(method: str, location: str) -> web.Response:
-    # Go's http.Redirect: a short HTML body for GET only
     if method == "GET":
         return web.Response(status=301, headers={"Location": location}, content_type="text/html", charset="utf-8",
-                            text=f'<a href="{html.escape(location)}">Moved Permanently</a>.\n\n')
-    return web.Response(status=307, headers={"Location": location})
-
-
-def parse_bool(value: str | None) -> bool | None:
-    """NSQ's parseBool for query flags: true/1, false/0, anything else None."""
-    return {"true": True, "1": True, "false": False, "0": False}.get(value or "")
+                            text=redirect_body(location))
+    return web.Response(status=redirect_status(method), headers={"Location": location})

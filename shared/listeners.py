@@ -6,26 +6,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import Callable
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Callable
 
 from .addresses import join_host_port, listening_socket
 
+if TYPE_CHECKING:
+    from aiohttp import web
 
-async def listen_tcp(address: str, protocol_factory: Callable[[], asyncio.BaseProtocol],
-                     log: logging.Logger) -> tuple[asyncio.AbstractServer, tuple[str, int]]:
+
+async def listen_tcp(address: str, protocol_factory: Callable[[], asyncio.BaseProtocol], log: logging.Logger,
+                     ssl_context: ssl.SSLContext | None = None,
+                     label: str = "TCP") -> tuple[asyncio.AbstractServer, tuple[str, int]]:
+    """A server of ``protocol_factory``'s connections (over TLS with ``ssl_context``), logged as ``label``."""
     sock = listening_socket(address)
     bound = sock.getsockname()[:2]
-    server = await asyncio.get_running_loop().create_server(protocol_factory, sock=sock)
-    log.info("TCP: listening on %s", join_host_port(*bound))
+    server = await asyncio.get_running_loop().create_server(protocol_factory, sock=sock, ssl=ssl_context)
+    log.info("%s: listening on %s", label, join_host_port(*bound))
     return server, bound
 
 
 async def listen_http(address: str, app: web.Application, log: logging.Logger,
                       ssl_context: ssl.SSLContext | None = None,
                       label: str = "") -> tuple[web.AppRunner, tuple[str, int]]:
-    """HTTP, or HTTPS with ``ssl_context`` (logged as ``HTTPS: listening on ...``, or ``label: ...``)."""
+    """An aiohttp app over HTTP, or HTTPS with ``ssl_context`` (logged as ``HTTPS: listening on ...``, or
+    ``label: ...``)."""
+    from aiohttp import web  # only the services that serve aiohttp apps pay for importing it
+
     sock = listening_socket(address)
     bound = sock.getsockname()[:2]
     runner = web.AppRunner(app, access_log=None, handle_signals=False)

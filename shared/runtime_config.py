@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 from .flags import flag_specs
-from .http_api import HTTPError
+from .http_conventions import HTTPError
 from .log_format import level_number
 from .program import LOG_LEVELS, ProgramOptions
 

@@ -1,7 +1,5 @@
-"""nsqd's side of AUTH: asking an auth server what a client's secret may do, and checking commands against it.
-
-The pure part is the reply (``parse_auth_reply``) and what it allows (``AuthState.allows``); the I/O part is
-``AuthClient``, which asks the ``--auth-http-address`` servers as NSQ's ``internal/auth`` does:
+"""nsqd's side of AUTH without I/O: an auth server's reply (``parse_auth_reply``) and what it allows
+(``AuthState.allows``). ``auth_client.AuthClient`` does the asking, as NSQ's ``internal/auth`` does:
 
 - each address is ``host:port`` (asked at ``http://host:port/auth``) or a full URL containing ``://``, used as is;
 - the servers are tried from a random one on, in turn, until one gives a valid answer; if none does, one
@@ -22,17 +20,9 @@ does not end up in nsqd's log.
 from __future__ import annotations
 
 import json
-import random
 import re
-import ssl
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote_plus
-
-import aiohttp
-from yarl import URL
 
 from shared.names import go_quote
 
@@ -100,7 +90,7 @@ def parse_auth_reply(body: bytes | str, now: float) -> AuthState:
 
 def auth_response(state: AuthState) -> bytes:
     """The JSON nsqd answers a successful AUTH with; ``permission_count`` is the number of authorizations."""
-    return _go_json({"identity": state.identity, "identity_url": state.identity_url,
+    return go_json({"identity": state.identity, "identity_url": state.identity_url,
                      "permission_count": len(state.authorizations)})
 
 
@@ -196,7 +186,7 @@ def _kind(value: Any) -> str:
     return f"number {value}"
 
 
-def _go_json(value: Any) -> bytes:
+def go_json(value: Any) -> bytes:
     """Compact JSON as Go's ``json.Marshal`` writes it: UTF-8 as is; ``<``, ``>``, ``&``, U+2028, U+2029 and each
     byte that was not UTF-8 (a lone surrogate here, from surrogateescape) escaped, the last as ``\\ufffd``."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -205,113 +195,3 @@ def _go_json(value: Any) -> bytes:
 
 _GO_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026", 0x2028: "\\u2028",
                0x2029: "\\u2029", **{code: "\\ufffd" for code in range(0xD800, 0xE000)}}
-
-
-# -- the auth servers --------------------------------------------------------------------------------------------
-
-def endpoint(address: str) -> str:
-    """The URL an ``--auth-http-address`` is asked at."""
-    return address if "://" in address else f"http://{address}/auth"
-
-
-def query_values(remote_ip: str, tls: bool, secret: str, common_name: str) -> dict[str, str]:
-    """The request's parameters, in the order Go's ``url.Values.Encode`` and ``json.Marshal`` sort them."""
-    return {"common_name": common_name, "remote_ip": remote_ip, "secret": secret,
-            "tls": "true" if tls else "false"}
-
-
-def _query_string(values: dict[str, str]) -> str:
-    # Go's QueryEscape; a secret byte that was not UTF-8 (decoded with surrogateescape) goes out as that byte
-    return "&".join(f"{quote_plus(key)}={quote_plus(value, errors='surrogateescape')}"
-                    for key, value in sorted(values.items()))
-
-
-class AuthClient:
-    """Asks the auth servers about a secret. Owns an aiohttp session, opened on the first query (inside the
-    running loop) unless one is given; ``close()`` closes it if it is ours. The timeouts (NSQ's
-    ``--http-client-connect-timeout`` and ``--http-client-request-timeout``) and ``ssl_context`` (for https
-    servers, as NSQ uses ``--tls-root-ca-file``; the system's CAs without one) apply to each request, also on a
-    given session."""
-
-    def __init__(self, addresses: Sequence[str], method: str = "get", *, connect_timeout: float = 2.0,
-                 request_timeout: float = 5.0, session: aiohttp.ClientSession | None = None,
-                 ssl_context: ssl.SSLContext | None = None, rng: random.Random | None = None) -> None:
-        if not addresses:
-            raise ValueError("no auth server address")
-        if method not in METHODS:
-            raise ValueError(f"auth HTTP request method must be get or post, not {method!r}")
-        self.addresses = list(addresses)
-        self.method = method
-        self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
-        self._session = session
-        self._owns_session = session is None
-        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
-        self._rng = rng or random.Random()
-        self._closed = False
-
-    async def query(self, remote_ip: str, tls: bool, secret: str, common_name: str = "",
-                    now: float | None = None) -> AuthState:
-        """The state the first server to answer validly grants; its expiry counts from ``now`` (default: the
-        ``time.time()`` of the answer). AuthError naming each server's failure when none does."""
-        values = query_values(remote_ip, tls, secret, common_name)
-        start = self._rng.randrange(len(self.addresses))
-        failures = []
-        for step in range(len(self.addresses)):
-            address = self.addresses[(start + step) % len(self.addresses)]
-            try:
-                return await self._query_one(endpoint(address), values, now)
-            except AuthError as error:
-                failures.append(f"failed to auth against {address} - {error}")
-        raise AuthError("; ".join(failures))
-
-    async def close(self) -> None:
-        self._closed = True
-        if self._session is not None and self._owns_session:
-            await self._session.close()
-        self._session = None
-
-    async def _query_one(self, url: str, values: dict[str, str], now: float | None) -> AuthState:
-        if self.method == "get":
-            url, data = f"{url}?{_query_string(values)}", None
-        else:
-            data = _go_json({key: [value] for key, value in values.items()})
-        status, reason, body = await self._request(url, data)
-        if status == 403 and not url.startswith("https"):
-            # NSQ's V1 client: a 403 naming an https_port means "ask me over https"; Go would also follow a
-            # missing or zero port to port 0, which can only fail, so that is reported as the 403 it was
-            port = _https_port(body)
-            if port:
-                url = str(URL(url, encoded=True).with_scheme("https").with_port(port))
-                status, reason, body = await self._request(url, data)
-        if status != 200:
-            text = body.decode("utf-8", errors="surrogateescape")
-            raise AuthError(f"got response {status} {reason} {go_quote(text)}")
-        return parse_auth_reply(body, time.time() if now is None else now)
-
-    async def _request(self, url: str, data: bytes | None) -> tuple[int, str, bytes]:
-        headers = {"Accept": ACCEPT_V1}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        try:
-            async with self._open_session().request(self.method.upper(), URL(url, encoded=True), data=data,
-                                                    headers=headers, timeout=self._timeout,
-                                                    ssl=self._ssl) as response:
-                return response.status, response.reason or "", await response.read()
-        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            raise AuthError(str(error) or type(error).__name__) from error
-
-    def _open_session(self) -> aiohttp.ClientSession:
-        if self._closed:
-            raise RuntimeError("AuthClient is closed")
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        return self._session
-
-
-def _https_port(body: bytes) -> int:
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return 0
-    port = document.get("https_port") if isinstance(document, dict) else None
-    return port if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536 else 0

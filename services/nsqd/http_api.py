@@ -1,6 +1,8 @@
-"""nsqd's HTTP API (aiohttp): NSQ's routes, query parameters, status codes, error codes and JSON shapes.
+"""nsqd's HTTP API: NSQ's routes, query parameters, status codes, error codes and JSON shapes, served by
+``http_server``.
 
-All parameters come from the query string, even on POST; only /pub, /mpub and PUT /config read the body.
+All parameters come from the query string, even on POST; only /pub, /mpub and PUT /config read the body, each
+up to its limit (a larger body is never buffered).
 """
 
 from __future__ import annotations
@@ -9,19 +11,7 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-from aiohttp import web
-
-from shared.http_api import (
-    NSQ_CONTENT_TYPE,
-    Handler,
-    HTTPError,
-    empty_response,
-    json_response,
-    nsq_errors,
-    parse_bool,
-    redirect_fixed_paths,
-    text_response,
-)
+from shared.http_conventions import HTTPError, parse_bool
 from shared.names import is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import split_mpub
 from shared.protocol.errors import FatalClientError
@@ -29,6 +19,7 @@ from shared.runtime_config import address_list, option_value, set_log_level
 from shared.version import VERSION
 
 from . import stats
+from .http_server import NSQ_V1, BodyLimit, Request, Response, Router, json_response
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
@@ -36,76 +27,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqd")
 
-NSQD_KEY: web.AppKey[NSQD] = web.AppKey("nsqd")
+_OK = Response(b"OK", headers=NSQ_V1)
+_EMPTY = Response(headers=NSQ_V1)
 
 
-def build_app(nsqd: NSQD, https: bool = False) -> web.Application:
-    middlewares = [nsq_errors(log), redirect_fixed_paths]
-    if not https and nsqd.opts.tls_required == "true":
-        middlewares.insert(0, _https_only)
-    app = web.Application(middlewares=middlewares,
-                          client_max_size=max(nsqd.opts.max_body_size, nsqd.opts.max_msg_size) + 1)
-    app[NSQD_KEY] = nsqd
-    for path, handler in (("/ping", ping), ("/info", info), ("/stats", get_stats), ("/metrics", metrics),
-                          ("/config/{opt}", config)):
-        app.router.add_get(path, handler, allow_head=False)
-    app.router.add_post("/pub", pub)
-    app.router.add_post("/mpub", mpub)
+def build_router(nsqd: NSQD) -> Router:
+    api, opts, router = _API(nsqd), nsqd.opts, Router()
+    for path, handler in (("/ping", api.ping), ("/info", api.info), ("/stats", api.stats),
+                          ("/metrics", api.metrics), ("/config/:opt", api.config)):
+        router.add("GET", path, handler)
+    router.add("POST", "/pub", api.pub, BodyLimit(lambda: opts.max_msg_size))
+    router.add("POST", "/mpub", api.mpub, BodyLimit(lambda: opts.max_body_size))
     for action in ("create", "delete", "empty", "pause", "unpause"):
-        app.router.add_post(f"/topic/{action}", topic_action)
-        app.router.add_post(f"/channel/{action}", channel_action)
-    app.router.add_put("/config/{opt}", config)
-    return app
+        router.add("POST", f"/topic/{action}", getattr(api, f"topic_{action}"))
+        router.add("POST", f"/channel/{action}", getattr(api, f"channel_{action}"))
+    router.add("PUT", "/config/:opt", api.config, BodyLimit(lambda: opts.max_msg_size))
+    return router
 
 
-@web.middleware
-async def _https_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+def tls_required(nsqd: NSQD) -> Response:
     """With ``--tls-required=true`` plain HTTP only says where HTTPS is, as NSQ does."""
-    body = json.dumps({"https_port": _nsqd(request).https_address[1]})
-    return web.Response(status=403, text=body, headers=NSQ_CONTENT_TYPE)
+    body = f'{{"message": "TLS_REQUIRED", "https_port": {nsqd.https_address[1]}}}'
+    return json_response(body, 403)
 
 
-def _nsqd(request: web.Request) -> NSQD:
-    return request.app[NSQD_KEY]
+def _json(document: object) -> Response:
+    return json_response(json.dumps(document, separators=(",", ":")))
 
 
-async def ping(request: web.Request) -> web.Response:
-    nsqd = _nsqd(request)
-    if nsqd.health != "OK":
-        return web.Response(status=500, text=f"NOK - {nsqd.health}")
-    return web.Response(text="OK")
-
-
-async def info(request: web.Request) -> web.Response:
-    nsqd, opts = _nsqd(request), _nsqd(request).opts
-    return json_response({
-        "version": VERSION, "broadcast_address": opts.broadcast_address, "hostname": nsqd.hostname,
-        "http_port": nsqd.http_address[1], "tcp_port": nsqd.tcp_address[1], "start_time": nsqd.start_time,
-        "max_heartbeat_interval": int(opts.max_heartbeat_interval * 1e9),
-        "max_output_buffer_size": opts.max_output_buffer_size,
-        "max_output_buffer_timeout": int(opts.max_output_buffer_timeout * 1e9),
-        "max_deflate_level": opts.max_deflate_level,
-        "topology_zone": opts.topology_zone, "topology_region": opts.topology_region,
-    })
-
-
-async def get_stats(request: web.Request) -> web.Response:
-    query = request.query
-    include_clients = parse_bool(query.get("include_clients"))
-    include_mem = parse_bool(query.get("include_mem"))
-    document = stats.collect(_nsqd(request), query.get("topic") or None, query.get("channel") or None,
-                             include_clients is not False, include_mem is not False)
-    if query.get("format") == "json":
-        return json_response(document)
-    return text_response(stats.render_text(_nsqd(request), document))
-
-
-async def metrics(request: web.Request) -> web.Response:
-    body, content_type = _nsqd(request).metrics.render()
-    return web.Response(body=body, headers={"Content-Type": content_type})
-
-
-def _topic_name(request: web.Request, invalid_code: str = "INVALID_TOPIC") -> str:
+def _topic_name(request: Request, invalid_code: str = "INVALID_TOPIC") -> str:
     name = request.query.get("topic")
     if name is None:
         raise HTTPError(400, "MISSING_ARG_TOPIC")
@@ -114,71 +64,21 @@ def _topic_name(request: web.Request, invalid_code: str = "INVALID_TOPIC") -> st
     return name
 
 
-async def _read_limited(request: web.Request, limit: int, code: str) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
+def _body(request: Request, code: str) -> bytes:
+    """The body, or NSQ's 413 when it passed the route's limit (it was not read)."""
+    if request.body is None:
         raise HTTPError(413, code)
-    body = await _read_at_most(request, limit + 1)
-    if len(body) > limit:
-        raise HTTPError(413, code)
-    return body
+    return request.body
 
 
-async def _read_at_most(request: web.Request, size: int) -> bytes:
-    """The body up to ``size`` bytes (``content.read(n)`` stops at whatever has arrived, so it loops)."""
-    body = bytearray()
-    while len(body) < size:
-        chunk = await request.content.read(size - len(body))
-        if not chunk:
-            break
-        body += chunk
-    return bytes(body)
-
-
-def _publish(topic: Topic, bodies: list[bytes], defer_ms: int = 0) -> web.Response:
-    try:
-        topic.publish(bodies, defer_ms)
-    except TopicError as error:
-        if topic.exiting:
-            raise HTTPError(503, "EXITING") from None
-        log.error("failed to publish to topic(%s) - %s", topic.name, error)
-        raise HTTPError(500, "INTERNAL_ERROR") from None  # the disk refused it
-    return text_response("OK")
-
-
-async def pub(request: web.Request) -> web.Response:
-    nsqd = _nsqd(request)
-    body = await _read_limited(request, nsqd.opts.max_msg_size, "MSG_TOO_BIG")
-    if not body:
-        raise HTTPError(400, "MSG_EMPTY")
-    topic = nsqd.get_topic(_topic_name(request))
-    defer_ms = 0
-    if "defer" in request.query:
-        try:
-            defer_ms = int(request.query["defer"])
-        except ValueError:
-            raise HTTPError(400, "INVALID_DEFER") from None
-        if not 0 <= defer_ms <= nsqd.opts.max_req_timeout * 1000:
-            raise HTTPError(400, "INVALID_DEFER")
-    return _publish(topic, [body], defer_ms)
-
-
-async def mpub(request: web.Request) -> web.Response:
-    nsqd, opts = _nsqd(request), _nsqd(request).opts
-    if request.content_length is not None and request.content_length > opts.max_body_size:
-        raise HTTPError(413, "BODY_TOO_BIG")
-    topic = nsqd.get_topic(_topic_name(request))
-    binary = parse_bool(request.query.get("binary")) if "binary" in request.query else False
-    if binary is None:
-        log.warning("deprecated value '%s' used for /mpub binary param", request.query["binary"])
-        binary = True
-    body = await _read_limited(request, opts.max_body_size, "BODY_TOO_BIG")
-    if binary:
-        bodies = _binary_messages(body, opts.max_msg_size, opts.max_body_size)
-    else:
-        bodies = [line for line in body.split(b"\n") if line]
-        if any(len(line) > opts.max_msg_size for line in bodies):
-            raise HTTPError(413, "MSG_TOO_BIG")
-    return _publish(topic, bodies)
+def _topic_and_channel_names(request: Request) -> tuple[str, str]:
+    topic_name = _topic_name(request, "INVALID_ARG_TOPIC")
+    channel_name = request.query.get("channel")
+    if channel_name is None:
+        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_channel_name(channel_name):
+        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+    return topic_name, channel_name
 
 
 def _binary_messages(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
@@ -191,78 +91,184 @@ def _binary_messages(body: bytes, max_msg_size: int, max_body_size: int) -> list
     return messages
 
 
-def _existing_topic(request: web.Request, name: str) -> Topic:
-    topic = _nsqd(request).topics.get(name)
-    if topic is None:
-        raise HTTPError(404, "TOPIC_NOT_FOUND")
-    return topic
+class _API:
+    """The handlers, bound to one nsqd."""
 
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        self.opts = nsqd.opts
 
-async def topic_action(request: web.Request) -> web.Response:
-    nsqd = _nsqd(request)
-    action = request.path.rsplit("/", 1)[1]
-    if action == "create":
-        nsqd.get_topic(_topic_name(request))
-        return empty_response()
-    # as in NSQ, only /topic/empty validates the name; delete and (un)pause answer 404 for an invalid one
-    name = _topic_name(request) if action == "empty" else request.query.get("topic")
-    if name is None:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
-    topic = _existing_topic(request, name)
-    if action == "delete":
-        nsqd.delete_topic(name)
-    elif action == "empty":
-        topic.empty()
-    else:
-        topic.pause() if action == "pause" else topic.unpause()
-        await nsqd.persist_metadata()  # at once, as NSQ does, so a crash cannot forget it
-    return empty_response()
+    # -- /ping, /info, /stats, /metrics ------------------------------------------------------------------
 
+    def ping(self, request: Request) -> Response:
+        health = self.nsqd.health
+        if health != "OK":
+            return Response(f"NOK - {health}".encode(), 500)
+        return Response(b"OK")
 
-def _topic_and_channel_names(request: web.Request) -> tuple[str, str]:
-    topic_name = _topic_name(request, "INVALID_ARG_TOPIC")
-    channel_name = request.query.get("channel")
-    if channel_name is None:
-        raise HTTPError(400, "MISSING_ARG_CHANNEL")
-    if not is_valid_channel_name(channel_name):
-        raise HTTPError(400, "INVALID_ARG_CHANNEL")
-    return topic_name, channel_name
+    def info(self, request: Request) -> Response:
+        nsqd, opts = self.nsqd, self.opts
+        return _json({
+            "version": VERSION, "broadcast_address": opts.broadcast_address, "hostname": nsqd.hostname,
+            "http_port": nsqd.http_address[1], "tcp_port": nsqd.tcp_address[1], "start_time": nsqd.start_time,
+            "max_heartbeat_interval": int(opts.max_heartbeat_interval * 1e9),
+            "max_output_buffer_size": opts.max_output_buffer_size,
+            "max_output_buffer_timeout": int(opts.max_output_buffer_timeout * 1e9),
+            "max_deflate_level": opts.max_deflate_level,
+            "topology_zone": opts.topology_zone, "topology_region": opts.topology_region,
+        })
 
+    def stats(self, request: Request) -> Response:
+        query = request.query
+        include_clients = parse_bool(query.get("include_clients"))
+        include_mem = parse_bool(query.get("include_mem"))
+        document = stats.collect(self.nsqd, query.get("topic") or None, query.get("channel") or None,
+                                 include_clients is not False, include_mem is not False)
+        if query.get("format") == "json":
+            return _json(document)
+        return Response(stats.render_text(self.nsqd, document).encode(), headers=NSQ_V1)
 
-async def channel_action(request: web.Request) -> web.Response:
-    action = request.path.rsplit("/", 1)[1]
-    topic_name, channel_name = _topic_and_channel_names(request)
-    topic = _existing_topic(request, topic_name)
-    if action == "create":
-        topic.get_channel(channel_name)
-        return empty_response()
-    channel = topic.channels.get(channel_name)
-    if channel is None:
-        raise HTTPError(404, "CHANNEL_NOT_FOUND")
-    if action == "delete":
-        topic.delete_channel(channel_name)
-    elif action == "empty":
-        channel.empty()
-    else:
-        channel.pause() if action == "pause" else channel.unpause()
-        await _nsqd(request).persist_metadata()
-    return empty_response()
+    def metrics(self, request: Request) -> Response:
+        body, content_type = self.nsqd.metrics.render()
+        return Response(body, headers=(("Content-Type", content_type),))
 
+    # -- publishing ----------------------------------------------------------------------------------------
 
-async def config(request: web.Request) -> web.Response:
-    nsqd, name = _nsqd(request), request.match_info["opt"]
-    if request.method == "PUT":
-        body = await _read_at_most(request, nsqd.opts.max_msg_size + 1)
-        if not body or len(body) > nsqd.opts.max_msg_size:
-            raise HTTPError(413, "INVALID_VALUE")
-        if name == "nsqlookupd_tcp_addresses":
-            await nsqd.set_lookupd_addresses(address_list(body))
+    def _publish(self, topic: Topic, bodies: list[bytes], defer_ms: int = 0) -> Response:
+        try:
+            topic.publish(bodies, defer_ms)
+        except TopicError as error:
+            if topic.exiting:
+                raise HTTPError(503, "EXITING") from None
+            log.error("failed to publish to topic(%s) - %s", topic.name, error)
+            raise HTTPError(500, "INTERNAL_ERROR") from None  # the disk refused it
+        return _OK
+
+    def pub(self, request: Request) -> Response:
+        body = _body(request, "MSG_TOO_BIG")
+        if not body:
+            raise HTTPError(400, "MSG_EMPTY")
+        name = request.query.get("topic")
+        topic = self.nsqd.topics.get(name) if name is not None else None  # an existing topic's name is valid
+        if topic is None:
+            topic = self.nsqd.get_topic(_topic_name(request))
+        defer_ms = 0
+        if "defer" in request.query:
+            try:
+                defer_ms = int(request.query["defer"])
+            except ValueError:
+                raise HTTPError(400, "INVALID_DEFER") from None
+            if not 0 <= defer_ms <= self.opts.max_req_timeout * 1000:
+                raise HTTPError(400, "INVALID_DEFER")
+        return self._publish(topic, [body], defer_ms)
+
+    def mpub(self, request: Request) -> Response:
+        opts = self.opts
+        if request.content_length is not None and request.content_length > opts.max_body_size:
+            raise HTTPError(413, "BODY_TOO_BIG")
+        topic = self.nsqd.get_topic(_topic_name(request))
+        binary = parse_bool(request.query.get("binary")) if "binary" in request.query else False
+        if binary is None:
+            log.warning("deprecated value '%s' used for /mpub binary param", request.query["binary"])
+            binary = True
+        body = _body(request, "BODY_TOO_BIG")
+        if binary:
+            bodies = _binary_messages(body, opts.max_msg_size, opts.max_body_size)
         else:
-            _set_option(nsqd, name, body)
-    return json_response(option_value(nsqd.opts, name))
+            bodies = [line for line in body.split(b"\n") if line]
+            if any(len(line) > opts.max_msg_size for line in bodies):
+                raise HTTPError(413, "MSG_TOO_BIG")
+        return self._publish(topic, bodies)
 
+    # -- topics and channels -------------------------------------------------------------------------------
 
-def _set_option(nsqd: NSQD, name: str, body: bytes) -> None:
-    if name != "log_level":
-        raise HTTPError(400, "INVALID_OPTION")
-    set_log_level(nsqd.opts, "nsqd", body)
+    def _existing_topic(self, name: str) -> Topic:
+        topic = self.nsqd.topics.get(name)
+        if topic is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        return topic
+
+    def _named_topic(self, request: Request) -> Topic:
+        """As in NSQ, only /topic/empty validates the name; delete and (un)pause answer 404 for an invalid one."""
+        name = request.query.get("topic")
+        if name is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        return self._existing_topic(name)
+
+    def topic_create(self, request: Request) -> Response:
+        self.nsqd.get_topic(_topic_name(request))
+        return _EMPTY
+
+    def topic_delete(self, request: Request) -> Response:
+        self.nsqd.delete_topic(self._named_topic(request).name)
+        return _EMPTY
+
+    def topic_empty(self, request: Request) -> Response:
+        self._existing_topic(_topic_name(request)).empty()
+        return _EMPTY
+
+    async def topic_pause(self, request: Request) -> Response:
+        self._named_topic(request).pause()
+        await self.nsqd.persist_metadata()  # at once, as NSQ does, so a crash cannot forget it
+        return _EMPTY
+
+    async def topic_unpause(self, request: Request) -> Response:
+        self._named_topic(request).unpause()
+        await self.nsqd.persist_metadata()
+        return _EMPTY
+
+    def _channel_topic(self, request: Request) -> tuple[Topic, str]:
+        topic_name, channel_name = _topic_and_channel_names(request)
+        return self._existing_topic(topic_name), channel_name
+
+    def _existing_channel(self, request: Request) -> tuple[Topic, str]:
+        topic, name = self._channel_topic(request)
+        if name not in topic.channels:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        return topic, name
+
+    def channel_create(self, request: Request) -> Response:
+        topic, name = self._channel_topic(request)
+        topic.get_channel(name)
+        return _EMPTY
+
+    def channel_delete(self, request: Request) -> Response:
+        topic, name = self._existing_channel(request)
+        topic.delete_channel(name)
+        return _EMPTY
+
+    def channel_empty(self, request: Request) -> Response:
+        topic, name = self._existing_channel(request)
+        topic.channels[name].empty()
+        return _EMPTY
+
+    async def channel_pause(self, request: Request) -> Response:
+        topic, name = self._existing_channel(request)
+        topic.channels[name].pause()
+        await self.nsqd.persist_metadata()
+        return _EMPTY
+
+    async def channel_unpause(self, request: Request) -> Response:
+        topic, name = self._existing_channel(request)
+        topic.channels[name].unpause()
+        await self.nsqd.persist_metadata()
+        return _EMPTY
+
+    # -- /config -----------------------------------------------------------------------------------------
+
+    async def config(self, request: Request) -> Response:
+        nsqd, name = self.nsqd, request.route_params["opt"]
+        if request.method == "PUT":
+            body = request.body
+            if not body:  # empty, or over --max-msg-size
+                raise HTTPError(413, "INVALID_VALUE")
+            if name == "nsqlookupd_tcp_addresses":
+                await nsqd.set_lookupd_addresses(address_list(body))
+            else:
+                self._set_option(name, body)
+        return _json(option_value(nsqd.opts, name))
+
+    def _set_option(self, name: str, body: bytes) -> None:
+        if name != "log_level":
+            raise HTTPError(400, "INVALID_OPTION")
+        set_log_level(self.opts, "nsqd", body)

@@ -15,20 +15,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiohttp import web
-
 from shared.addresses import join_host_port
-from shared.listeners import listen_http, listen_tcp
+from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
 from shared.names import is_ephemeral, is_valid_channel_name
 from shared.version import VERSION
 
 from . import identify, metadata, tls
-from .auth import AuthClient
 from .channel import Channel
 from .client import Client
 from .disk_queue import Storage
-from .http_api import build_app
+from .http_api import build_router, tls_required
+from .http_server import HTTPService
 from .lookup_peer import LookupPeer, channels_in_cluster, registrations
 from .metadata import DataPathLock
 from .metrics import NSQDCollector
@@ -40,6 +38,8 @@ from .topic import Topic
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from .auth_client import AuthClient
 
 log = logging.getLogger("nsqd")
 
@@ -60,15 +60,12 @@ class NSQD:
         self._client_ids = itertools.count(1)
         self._flush_queue: list[Client] = []
         self._tcp_server: asyncio.AbstractServer | None = None
-        self._http_runner: web.AppRunner | None = None
-        self._https_runner: web.AppRunner | None = None
+        # the HTTP and HTTPS listeners, each with the service that holds its connections
+        self._http_servers: list[tuple[asyncio.AbstractServer, HTTPService]] = []
         self.https_address: tuple[str, int] = ("", 0)
         # the certificate clients upgrade to after IDENTIFY, and HTTPS serves
         self.tls_context = tls.server_context(opts)
-        self.auth_client = AuthClient(opts.auth_http_addresses, opts.auth_http_request_method,
-                                      connect_timeout=opts.http_client_connect_timeout,
-                                      request_timeout=opts.http_client_request_timeout,
-                                      ssl_context=tls.auth_server_context(opts)) if opts.auth_http_addresses else None
+        self.auth_client = _auth_client(opts) if opts.auth_http_addresses else None
         self._scanner = QueueScanner(opts, self.channels)
         self._scan_task: asyncio.Task[None] | None = None
         self.data_path = Path(opts.data_path or os.getcwd())
@@ -99,11 +96,18 @@ class NSQD:
         self._metadata_task = asyncio.create_task(self._write_metadata_when_changed(), name="metadata")
         self._sync_task = asyncio.create_task(self._sync_disk_queues(), name="disk-sync")
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address, lambda: ConnectionV2(self), log)
+        router = build_router(self)
         if self.tls_context is not None and self.opts.https_address:
-            self._https_runner, self.https_address = await listen_http(
-                self.opts.https_address, build_app(self, https=True), log, self.tls_context)
+            service = HTTPService(router, log)
+            server, self.https_address = await listen_tcp(self.opts.https_address, service, log, self.tls_context,
+                                                          "HTTPS")
+            self._http_servers.append((server, service))
         if self.opts.http_address:
-            self._http_runner, self.http_address = await listen_http(self.opts.http_address, build_app(self), log)
+            # --tls-required=true: plain HTTP only says where HTTPS is
+            service = HTTPService(router, log, (lambda request: tls_required(self))
+                                  if self.opts.tls_required == "true" else None)
+            server, self.http_address = await listen_tcp(self.opts.http_address, service, log, label="HTTP")
+            self._http_servers.append((server, service))
         gc.callbacks.append(self.gc_pauses)
         await self.set_lookupd_addresses(self.opts.nsqlookupd_tcp_addresses)
         self._scan_task = asyncio.create_task(self._scanner.run(), name="queue-scan")
@@ -126,9 +130,10 @@ class NSQD:
         self._disk_sync.shutdown(wait=True)
         for topic in self.topics.values():
             topic.flush_to_disk()
-        for runner in (self._http_runner, self._https_runner):
-            if runner is not None:
-                await runner.cleanup()
+        for server, service in self._http_servers:
+            server.close()
+            service.close_connections()
+            await server.wait_closed()
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
         if self.gc_pauses in gc.callbacks:
@@ -296,3 +301,11 @@ class NSQD:
 
     def channels(self) -> list[Channel]:
         return [channel for topic in self.topics.values() for channel in topic.channels.values()]
+
+
+def _auth_client(opts: Options) -> AuthClient:
+    from .auth_client import AuthClient  # aiohttp's client, only for an nsqd that has auth servers
+
+    return AuthClient(opts.auth_http_addresses, opts.auth_http_request_method,
+                      connect_timeout=opts.http_client_connect_timeout,
+                      request_timeout=opts.http_client_request_timeout, ssl_context=tls.auth_server_context(opts))

@@ -11,8 +11,6 @@ from __future__ import annotations
 import zlib
 from typing import Iterator, Protocol
 
-import snappy
-
 MAX_CHUNK = 256 * 1024
 # a snappy frame's length field has 24 bits; chunks of data are at most 64 KiB once uncompressed
 _MAX_SNAPPY_FRAME = 4 + (1 << 24)
@@ -55,6 +53,8 @@ class SnappyCodec:
     name = "snappy"
 
     def __init__(self) -> None:
+        import snappy  # on first use: most processes never negotiate snappy
+
         self._compressor = snappy.StreamCompressor()
         self._decompressor = snappy.StreamDecompressor()
         self._pending = 0

@@ -169,7 +169,10 @@ def test_https_serves_the_api_and_tls_required_closes_plain_http(
     with urllib.request.urlopen(request, context=context, timeout=5) as response:
         assert response.read() == b"OK"
     status, headers, body = nsqd.http("GET", "/ping")
-    assert status == 403 and json.loads(body) == {"https_port": https_port}
+    # NSQ 1.3's own text, spacing included
+    assert (status, body) == (403, f'{{"message": "TLS_REQUIRED", "https_port": {https_port}}}'.encode())
+    assert headers["Content-Type"] == "application/json; charset=utf-8"
+    assert headers["X-Nsq-Content-Type"] == "nsq; version=1.0"
 
 
 async def test_client_certificate_required_and_verified(tls_nsqd: Callable[..., NSQDProcess],

@@ -18,15 +18,8 @@ import pytest
 import trustme
 from aiohttp import web
 
-from services.nsqd.auth import (
-    AuthClient,
-    AuthError,
-    Authorization,
-    AuthState,
-    auth_response,
-    endpoint,
-    parse_auth_reply,
-)
+from services.nsqd.auth import AuthError, Authorization, AuthState, auth_response, parse_auth_reply
+from services.nsqd.auth_client import AuthClient, endpoint
 
 NOW = 1_700_000_000.0
 REPLY: dict[str, Any] = {

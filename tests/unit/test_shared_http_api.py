@@ -9,7 +9,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from shared.http_api import HTTPError, _fixed_path_candidates, nsq_errors, redirect_fixed_paths
+from shared.http_api import HTTPError, nsq_errors, redirect_fixed_paths
+from shared.http_conventions import fixed_path_candidates
 
 
 async def ok(request: web.Request) -> web.Response:
@@ -76,5 +77,5 @@ async def test_redirects(client: TestClient[web.Request, web.Application]) -> No
     ("/a/./b/../ping/", ["/a/./b/../ping", "/a/ping/", "/a/ping"]),
     ("/./", ["/.", "/"]),
 ])
-def test_fixed_path_candidates(path: str, candidates: list[str]) -> None:
-    assert _fixed_path_candidates(path) == candidates
+def testfixed_path_candidates(path: str, candidates: list[str]) -> None:
+    assert fixed_path_candidates(path) == candidates

@@ -1,0 +1,447 @@
+"""nsqd's HTTP/1.1 server: httptools (llhttp, the parser aiohttp itself is built on) driven by an
+``asyncio.Protocol``, with a router that answers as julienschmidt/httprouter does in NSQ.
+
+It exists because nsqd's hot routes are tiny requests — ``POST /pub`` with one message — where a general framework's
+per-request objects, middleware chain and task cost several times the work itself. What it does:
+
+- keep-alive (HTTP/1.1 by default, ``Connection: keep-alive`` on 1.0) and pipelining: requests are answered in
+  the order they arrived, an async handler holding the ones behind it (reading pauses meanwhile);
+- bodies, chunked or not, buffered only for routes that read them and only up to the route's limit: a
+  ``Content-Length`` over it, or a body that grows past it, is answered at once (the handler sees ``body=None``
+  and gives NSQ's 413) and the connection closes, since the rest of the body is never read;
+- ``Expect: 100-continue`` answered when the body is wanted;
+- 404, 405 with ``Allow``, ``OPTIONS``, and httprouter's redirects to the path with its trailing slash toggled or
+  cleaned; NSQ's ``{"message": CODE}`` errors; a handler that fails unexpectedly is a logged 500 ``INTERNAL_ERROR``;
+- Go's response headers: the handler's in sorted order, then ``Date`` and ``Content-Length``; a body without a
+  declared type is sniffed as Go does for text (``text/plain; charset=utf-8``, written last);
+- malformed requests get Go's ``400 Bad Request`` and a close; request headers are held to 1 MiB (Go's
+  ``DefaultMaxHeaderBytes``), answered with 431.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import NamedTuple, cast
+from urllib.parse import parse_qsl
+
+import httptools
+
+from shared.http_conventions import (
+    JSON_CONTENT_TYPE,
+    HTTPError,
+    error_body,
+    fixed_path_candidates,
+    redirect_body,
+    redirect_status,
+)
+
+MAX_HEADER_BYTES = 1 << 20
+
+NSQ_V1 = (("X-Nsq-Content-Type", "nsq; version=1.0"),)
+
+
+class Response:
+    """What a handler answers. ``headers`` are written sorted, as Go writes a handler's headers; a non-empty body
+    without a ``Content-Type`` among them gets Go's sniffed ``text/plain; charset=utf-8``."""
+
+    __slots__ = ("status", "body", "headers")
+
+    def __init__(self, body: bytes = b"", status: int = 200, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+
+def json_response(body: str, status: int = 200, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    """A V1 JSON document (NSQ's ``RespondV1``)."""
+    return Response(body.encode(), status, (("Content-Type", JSON_CONTENT_TYPE), *NSQ_V1, *headers))
+
+
+def error_response(status: int, code: str, extra: dict[str, object] | None = None,
+                   headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    return json_response(error_body(code, extra), status, headers)
+
+
+class Request:
+    """A complete request. ``body`` is None when it passed its route's limit (and was not read)."""
+
+    __slots__ = ("method", "path", "raw_query", "headers", "body", "content_length", "keep_alive", "route_params",
+                 "_query")
+
+    def __init__(self, method: str, path: str, raw_query: str, headers: list[tuple[bytes, bytes]],
+                 body: bytes | None, content_length: int | None) -> None:
+        self.method = method
+        self.path = path
+        self.raw_query = raw_query
+        self.headers = headers
+        self.body = body
+        self.content_length = content_length
+        # False for the last request a connection answers
+        self.keep_alive = True
+        self.route_params: dict[str, str] = {}
+        self._query: dict[str, str] | None = None
+
+    @property
+    def query(self) -> dict[str, str]:
+        """The query string's parameters, the first value of each (as Go's ``url.Values.Get``)."""
+        if self._query is None:
+            self._query = parse_query(self.raw_query)
+        return self._query
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of a header, ``name`` lower-case."""
+        return next((value for key, value in self.headers if key.lower() == name), None)
+
+
+def parse_query(raw: str) -> dict[str, str]:
+    if "%" in raw or "+" in raw:
+        pairs = parse_qsl(raw, keep_blank_values=True)
+    else:  # the common case needs no unescaping
+        pairs = [(key, value) for key, _, value in (pair.partition("=") for pair in raw.split("&") if pair)]
+    query: dict[str, str] = {}
+    for key, value in pairs:
+        query.setdefault(key, value)
+    return query
+
+
+Handler = Callable[[Request], "Response | Awaitable[Response]"]
+
+
+class BodyLimit(NamedTuple):
+    """A route that reads its body, up to ``size`` bytes (``size`` is read from the options at each request,
+    since some can change at run time)."""
+
+    size: Callable[[], int]
+
+
+class Route(NamedTuple):
+    handler: Handler
+    body: BodyLimit | None
+
+
+class Router:
+    """Exact paths, plus paths with one trailing ``:name`` parameter (``/config/:opt``), as NSQ registers them."""
+
+    def __init__(self) -> None:
+        self._exact: dict[str, dict[str, Route]] = {}
+        self._prefixed: dict[str, tuple[str, dict[str, Route]]] = {}
+
+    def add(self, method: str, path: str, handler: Handler, body: BodyLimit | None = None) -> None:
+        prefix, colon, name = path.rpartition("/:")
+        if colon:
+            self._prefixed.setdefault(prefix + "/", (name, {}))[1][method] = Route(handler, body)
+        else:
+            self._exact.setdefault(path, {})[method] = Route(handler, body)
+
+    def methods(self, path: str) -> tuple[dict[str, Route], dict[str, str]]:
+        """The routes registered for ``path`` by method, and the path's parameters."""
+        routes = self._exact.get(path)
+        if routes is not None:
+            return routes, {}
+        prefix, _, value = path.rpartition("/")
+        parameterized = self._prefixed.get(prefix + "/")
+        if parameterized is not None and value:
+            return parameterized[1], {parameterized[0]: value}
+        return {}, {}
+
+    def resolve(self, request: Request) -> Response | Awaitable[Response]:
+        """Runs the request's handler, or answers as httprouter does when there is none."""
+        routes, params = self.methods(request.path)
+        route = routes.get(request.method)
+        if route is not None:
+            request.route_params = params
+            return route.handler(request)
+        if routes:
+            allow = ", ".join(sorted({*routes, "OPTIONS"}))
+            if request.method == "OPTIONS":
+                return Response(headers=(("Allow", allow),))
+            return error_response(405, "METHOD_NOT_ALLOWED", headers=(("Allow", allow),))
+        return self._redirect(request) or error_response(404, "NOT_FOUND")
+
+    def _redirect(self, request: Request) -> Response | None:
+        if request.method == "CONNECT" or request.path == "/":
+            return None
+        for candidate in fixed_path_candidates(request.path):
+            if request.method in self.methods(candidate)[0]:
+                location = f"{candidate}?{request.raw_query}" if request.raw_query else candidate
+                if request.method == "GET":
+                    return Response(redirect_body(location).encode(), 301,
+                                    (("Content-Type", "text/html; charset=utf-8"), ("Location", location)))
+                return Response(status=redirect_status(request.method), headers=(("Location", location),))
+        return None
+
+
+class _Date:
+    """The ``Date`` header, formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = 0
+        self._value = b""
+
+    def __call__(self) -> bytes:
+        now = time.time()
+        if int(now) != self._second:
+            self._second = int(now)
+            self._value = formatdate(now, usegmt=True).encode()
+        return self._value
+
+
+_date = _Date()
+_STATUS_LINES = {status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode() for status in HTTPStatus}
+_TEXT_SNIFFED = b"Content-Type: text/plain; charset=utf-8\r\n"
+
+
+def serialize(response: Response, close: bool) -> bytes:
+    parts = [_STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} status code\r\n".encode()]
+    sniff = bool(response.body)
+    for name, value in sorted(response.headers):
+        parts.append(f"{name}: {value}\r\n".encode("latin-1"))
+        if name == "Content-Type":
+            sniff = False
+    if close:
+        parts.append(b"Connection: close\r\n")
+    parts.append(b"Date: %s\r\nContent-Length: %d\r\n" % (_date(), len(response.body)))
+    if sniff:
+        parts.append(_TEXT_SNIFFED)
+    parts.append(b"\r\n")
+    parts.append(response.body)
+    return b"".join(parts)
+
+
+_BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+                b"400 Bad Request")
+_HEADERS_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                      b"Connection: close\r\n\r\n431 Request Header Fields Too Large")
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class HTTPService:
+    """What one listener serves: its router, and its open connections, so that stopping can close them (a
+    keep-alive connection would otherwise outlive the server)."""
+
+    def __init__(self, router: Router, log: logging.Logger,
+                 guard: Callable[[Request], Response | None] | None = None) -> None:
+        self.router = router
+        self.log = log
+        # answers every request itself when it returns a response (--tls-required on plain HTTP)
+        self.guard = guard
+        self.connections: set[HTTPConnection] = set()
+
+    def __call__(self) -> HTTPConnection:
+        """A protocol for ``loop.create_server``."""
+        return HTTPConnection(self)
+
+    def close_connections(self) -> None:
+        for connection in list(self.connections):
+            connection.close()
+
+
+class HTTPConnection(asyncio.Protocol):
+    """One client connection: parses requests, runs them through the router in order, writes the answers."""
+
+    def __init__(self, service: HTTPService) -> None:
+        self._service = service
+        self._router = service.router
+        self._log = service.log
+        self._guard = service.guard
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._closing = False
+        # requests complete but not yet answered because an async handler holds the line
+        self._waiting: deque[Request] = deque()
+        self._busy: asyncio.Task[None] | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self._start_request()
+
+    # -- connection ------------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self._service.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._service.connections.discard(self)
+        if self._busy is not None:
+            self._busy.cancel()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._closing = True
+            self._transport.close()
+
+    def pause_writing(self) -> None:
+        """A client that pipelines requests without reading the answers is not read from until it does."""
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        paused = self._writing_paused or self._busy is not None
+        if paused != self._reading_paused and self._transport is not None and not self._closing:
+            self._reading_paused = paused
+            if paused:
+                self._transport.pause_reading()
+            else:
+                self._transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._close_after_answers()  # the request itself was answered; nothing else is spoken here
+        except httptools.HttpParserError:
+            if not self._closing:
+                self._abort_with(_HEADERS_TOO_LARGE if self._header_bytes > MAX_HEADER_BYTES else _BAD_REQUEST)
+
+    def _abort_with(self, answer: bytes) -> None:
+        assert self._transport is not None
+        self._closing = True
+        self._transport.write(answer)
+        self._transport.close()
+
+    # -- parser callbacks (httptools calls them while feed_data runs) ------------------------------------------
+
+    def _start_request(self) -> None:
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._header_bytes = 0
+        self._route: Route | None = None
+        self._body: list[bytes] | None = None
+        self._body_size = 0
+        self._body_limit = 0
+        self._content_length: int | None = None
+        self._answered_early = False
+
+    def on_message_begin(self) -> None:
+        self._start_request()
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._count_header_bytes(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+        self._count_header_bytes(len(name) + len(value))
+
+    def _count_header_bytes(self, count: int) -> None:
+        self._header_bytes += count
+        if self._header_bytes > MAX_HEADER_BYTES:
+            raise httptools.HttpParserError("request headers too large")
+
+    def on_headers_complete(self) -> None:
+        path = self._path()
+        route = self._router.methods(path)[0].get(self._parser.get_method().decode("latin-1"))
+        if route is None or route.body is None or self._guard is not None:
+            return  # the body is not read: it is parsed and dropped
+        self._route, self._body, self._body_limit = route, [], route.body.size()
+        for name, value in self._headers:
+            if name.lower() == b"content-length":
+                self._content_length = int(value)  # the parser has checked it is a number
+        if self._content_length is not None and self._content_length > self._body_limit:
+            self._answer_early()
+        elif self._wants_continue():
+            assert self._transport is not None
+            self._transport.write(_CONTINUE)
+
+    def _wants_continue(self) -> bool:
+        return self._parser.get_http_version() == "1.1" and any(
+            name.lower() == b"expect" and value.lower() == b"100-continue" for name, value in self._headers)
+
+    def on_body(self, body: bytes) -> None:
+        if self._body is None or self._answered_early:
+            return
+        self._body_size += len(body)
+        if self._body_size > self._body_limit:
+            self._answer_early()
+        else:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._answered_early or self._closing:
+            return
+        body = b"".join(self._body) if self._body is not None else b""
+        self._dispatch(self._request(body), self._parser.should_keep_alive())
+
+    def _answer_early(self) -> None:
+        """The body passed the route's limit: answered now, without reading the rest, and the connection closes."""
+        self._answered_early = True
+        self._dispatch(self._request(None), keep_alive=False)
+
+    def _path(self) -> str:
+        return self._url.partition(b"?")[0].decode("latin-1")
+
+    def _request(self, body: bytes | None) -> Request:
+        path, _, query = self._url.partition(b"?")
+        return Request(self._parser.get_method().decode("latin-1"), path.decode("latin-1"),
+                       query.partition(b"#")[0].decode("latin-1"), self._headers, body, self._content_length)
+
+    # -- answering, in order ------------------------------------------------------------------------------
+
+    def _dispatch(self, request: Request, keep_alive: bool) -> None:
+        request.keep_alive = keep_alive
+        if self._busy is not None or self._waiting:
+            self._waiting.append(request)
+        else:
+            self._answer(request)
+
+    def _answer(self, request: Request) -> None:
+        close = not request.keep_alive
+        result = self._run(request)
+        if isinstance(result, Response):
+            self._write(result, close)
+        else:
+            self._busy = asyncio.get_running_loop().create_task(self._answer_later(result, close))
+            self._update_reading()
+
+    def _run(self, request: Request) -> Response | Awaitable[Response]:
+        try:
+            if self._guard is not None:
+                refused = self._guard(request)
+                if refused is not None:
+                    return refused
+            return self._router.resolve(request)
+        except HTTPError as error:
+            return error_response(error.status, error.code, error.extra)
+        except Exception:
+            self._log.exception("panic in HTTP handler - %s %s", request.method, request.path)
+            return error_response(500, "INTERNAL_ERROR")
+
+    async def _answer_later(self, pending: Awaitable[Response], close: bool) -> None:
+        try:
+            response = await pending
+        except HTTPError as error:
+            response = error_response(error.status, error.code, error.extra)
+        except Exception:
+            self._log.exception("panic in HTTP handler")
+            response = error_response(500, "INTERNAL_ERROR")
+        self._busy = None
+        self._write(response, close)
+        while self._waiting and self._busy is None and not self._closing:
+            self._answer(self._waiting.popleft())
+        self._update_reading()
+
+    def _write(self, response: Response, close: bool) -> None:
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        transport.write(serialize(response, close))
+        if close:
+            self._close_after_answers()
+
+    def _close_after_answers(self) -> None:
+        if self._busy is None and not self._waiting and self._transport is not None:
+            self._closing = True
+            self._transport.close()
