@@ -93,6 +93,11 @@ class DiskQueue:
         """Appends every payload, or raises OSError having appended none (a partial write is cut back)."""
         if not payloads:
             return
+        if len(payloads) == 1 and MIN_RECORD <= len(payloads[0]) <= self._max_record:
+            record = _SIZE.pack(len(payloads[0])) + payloads[0]
+            if self._positions.write_pos + len(record) <= self._max_bytes_per_file:
+                self._write(record, 1)  # one message per request: the common case, kept short
+                return
         sizes = list(map(len, payloads))
         if min(sizes) < MIN_RECORD or max(sizes) > self._max_record:
             raise ValueError(f"invalid message size {min(sizes)}..{max(sizes)}")

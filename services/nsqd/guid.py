@@ -46,7 +46,15 @@ class GuidFactory:
         return ids
 
     def next_id(self) -> bytes:
-        return self.next_ids(1)[0]
+        """One new ID: ``next_ids(1)[0]``, without building a list."""
+        tick = time.time_ns() >> 20
+        if tick > self._tick:
+            self._start_tick(tick)
+        elif self._sequence == 4096:
+            self._start_tick(self._tick + 1)
+        sequence = self._sequence
+        self._sequence = sequence + 1
+        return self._prefix + _SEQUENCE_HEX[3 * sequence:3 * sequence + 3]
 
     def _start_tick(self, tick: int) -> None:
         self._tick = tick

@@ -50,12 +50,23 @@ class Response:
     """What a handler answers. ``headers`` are written sorted, as Go writes a handler's headers; a non-empty body
     without a ``Content-Type`` among them gets Go's sniffed ``text/plain; charset=utf-8``."""
 
-    __slots__ = ("status", "body", "headers")
+    __slots__ = ("status", "body", "headers", "_wire", "_wire_date")
 
     def __init__(self, body: bytes = b"", status: int = 200, headers: tuple[tuple[str, str], ...] = ()) -> None:
         self.status = status
         self.body = body
         self.headers = headers
+        self._wire = b""
+        self._wire_date = b""
+
+    def wire(self, close: bool) -> bytes:
+        """The response as bytes; a response answered many times (``OK``) is serialized once a second."""
+        date = _date()
+        if close:
+            return serialize(self, date, close)
+        if self._wire_date is not date:
+            self._wire, self._wire_date = serialize(self, date, close), date
+        return self._wire
 
 
 def json_response(body: str, status: int = 200, headers: tuple[tuple[str, str], ...] = ()) -> Response:
@@ -71,19 +82,20 @@ def error_response(status: int, code: str, extra: dict[str, object] | None = Non
 class Request:
     """A complete request. ``body`` is None when it passed its route's limit (and was not read)."""
 
-    __slots__ = ("method", "path", "raw_query", "headers", "body", "content_length", "keep_alive", "route_params",
-                 "_query")
+    __slots__ = ("method", "path", "raw_query", "headers", "body", "content_length", "keep_alive", "route",
+                 "route_params", "_query")
 
-    def __init__(self, method: str, path: str, raw_query: str, headers: list[tuple[bytes, bytes]],
-                 body: bytes | None, content_length: int | None) -> None:
+    def __init__(self, method: str, url: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         self.method = method
-        self.path = path
-        self.raw_query = raw_query
+        path, _, query = url.partition(b"?")
+        self.path = path.decode("latin-1")
+        self.raw_query = query.partition(b"#")[0].decode("latin-1")
         self.headers = headers
-        self.body = body
-        self.content_length = content_length
+        self.body: bytes | None = b""
+        self.content_length: int | None = None
         # False for the last request a connection answers
         self.keep_alive = True
+        self.route: Route | None = None
         self.route_params: dict[str, str] = {}
         self._query: dict[str, str] | None = None
 
@@ -102,7 +114,10 @@ class Request:
 def parse_query(raw: str) -> dict[str, str]:
     if "%" in raw or "+" in raw:
         pairs = parse_qsl(raw, keep_blank_values=True)
-    else:  # the common case needs no unescaping
+    elif "&" not in raw:  # the most common case: one parameter (?topic=...)
+        key, _, value = raw.partition("=")
+        return {key: value} if key else {}
+    else:
         pairs = [(key, value) for key, _, value in (pair.partition("=") for pair in raw.split("&") if pair)]
     query: dict[str, str] = {}
     for key, value in pairs:
@@ -150,13 +165,16 @@ class Router:
             return parameterized[1], {parameterized[0]: value}
         return {}, {}
 
+    def match(self, request: Request) -> None:
+        """Sets the request's route (None when no handler takes it) and its path's parameters."""
+        routes, request.route_params = self.methods(request.path)
+        request.route = routes.get(request.method)
+
     def resolve(self, request: Request) -> Response | Awaitable[Response]:
-        """Runs the request's handler, or answers as httprouter does when there is none."""
-        routes, params = self.methods(request.path)
-        route = routes.get(request.method)
-        if route is not None:
-            request.route_params = params
-            return route.handler(request)
+        """Runs the request's handler (``match`` found it), or answers as httprouter does when there is none."""
+        if request.route is not None:
+            return request.route.handler(request)
+        routes = self.methods(request.path)[0]
         if routes:
             allow = ", ".join(sorted({*routes, "OPTIONS"}))
             if request.method == "OPTIONS":
@@ -197,7 +215,7 @@ _STATUS_LINES = {status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".en
 _TEXT_SNIFFED = b"Content-Type: text/plain; charset=utf-8\r\n"
 
 
-def serialize(response: Response, close: bool) -> bytes:
+def serialize(response: Response, date: bytes, close: bool) -> bytes:
     parts = [_STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} status code\r\n".encode()]
     sniff = bool(response.body)
     for name, value in sorted(response.headers):
@@ -206,7 +224,7 @@ def serialize(response: Response, close: bool) -> bytes:
             sniff = False
     if close:
         parts.append(b"Connection: close\r\n")
-    parts.append(b"Date: %s\r\nContent-Length: %d\r\n" % (_date(), len(response.body)))
+    parts.append(b"Date: %s\r\nContent-Length: %d\r\n" % (date, len(response.body)))
     if sniff:
         parts.append(_TEXT_SNIFFED)
     parts.append(b"\r\n")
@@ -258,7 +276,7 @@ class HTTPConnection(asyncio.Protocol):
         self._busy: asyncio.Task[None] | None = None
         self._reading_paused = False
         self._writing_paused = False
-        self._start_request()
+        self._next_request()
 
     # -- connection ------------------------------------------------------------------------------------------
 
@@ -314,79 +332,70 @@ class HTTPConnection(asyncio.Protocol):
 
     # -- parser callbacks (httptools calls them while feed_data runs) ------------------------------------------
 
-    def _start_request(self) -> None:
+    def _next_request(self) -> None:
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._header_bytes = 0
-        self._route: Route | None = None
+        self._request: Request | None = None
+        # the body's parts while a route reads it; None when it is parsed and dropped
         self._body: list[bytes] | None = None
-        self._body_size = 0
-        self._body_limit = 0
-        self._content_length: int | None = None
-        self._answered_early = False
-
-    def on_message_begin(self) -> None:
-        self._start_request()
+        self._body_room = 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        self._count_header_bytes(len(url))
+        self._header_bytes += len(url)
+        if self._header_bytes > MAX_HEADER_BYTES:
+            raise httptools.HttpParserError("request headers too large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
-        self._count_header_bytes(len(name) + len(value))
-
-    def _count_header_bytes(self, count: int) -> None:
-        self._header_bytes += count
+        self._header_bytes += len(name) + len(value)
         if self._header_bytes > MAX_HEADER_BYTES:
             raise httptools.HttpParserError("request headers too large")
 
     def on_headers_complete(self) -> None:
-        path = self._path()
-        route = self._router.methods(path)[0].get(self._parser.get_method().decode("latin-1"))
+        request = self._request = Request(self._parser.get_method().decode("latin-1"), self._url, self._headers)
+        self._router.match(request)
+        route = request.route
         if route is None or route.body is None or self._guard is not None:
-            return  # the body is not read: it is parsed and dropped
-        self._route, self._body, self._body_limit = route, [], route.body.size()
+            return
+        continues = False
         for name, value in self._headers:
-            if name.lower() == b"content-length":
-                self._content_length = int(value)  # the parser has checked it is a number
-        if self._content_length is not None and self._content_length > self._body_limit:
+            if len(name) == 14 and name.lower() == b"content-length":
+                request.content_length = int(value)  # the parser has checked it is a number
+            elif len(name) == 6 and name.lower() == b"expect":
+                continues = value.lower() == b"100-continue" and self._parser.get_http_version() == "1.1"
+        self._body, self._body_room = [], route.body.size()
+        if request.content_length is not None and request.content_length > self._body_room:
             self._answer_early()
-        elif self._wants_continue():
+        elif continues:
             assert self._transport is not None
             self._transport.write(_CONTINUE)
 
-    def _wants_continue(self) -> bool:
-        return self._parser.get_http_version() == "1.1" and any(
-            name.lower() == b"expect" and value.lower() == b"100-continue" for name, value in self._headers)
-
     def on_body(self, body: bytes) -> None:
-        if self._body is None or self._answered_early:
-            return
-        self._body_size += len(body)
-        if self._body_size > self._body_limit:
-            self._answer_early()
-        else:
-            self._body.append(body)
+        if self._body is not None:
+            self._body_room -= len(body)
+            if self._body_room < 0:
+                self._answer_early()
+            else:
+                self._body.append(body)
 
     def on_message_complete(self) -> None:
-        if self._answered_early or self._closing:
-            return
-        body = b"".join(self._body) if self._body is not None else b""
-        self._dispatch(self._request(body), self._parser.should_keep_alive())
+        request = self._request
+        if request is not None and not self._closing:
+            if self._body:
+                request.body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+            self._dispatch(request, self._parser.should_keep_alive())
+        self._next_request()
 
     def _answer_early(self) -> None:
         """The body passed the route's limit: answered now, without reading the rest, and the connection closes."""
-        self._answered_early = True
-        self._dispatch(self._request(None), keep_alive=False)
-
-    def _path(self) -> str:
-        return self._url.partition(b"?")[0].decode("latin-1")
-
-    def _request(self, body: bytes | None) -> Request:
-        path, _, query = self._url.partition(b"?")
-        return Request(self._parser.get_method().decode("latin-1"), path.decode("latin-1"),
-                       query.partition(b"#")[0].decode("latin-1"), self._headers, body, self._content_length)
+        request = self._request
+        assert request is not None
+        request.body = None
+        self._body = None
+        self._request = None
+        self._dispatch(request, keep_alive=False)
 
     # -- answering, in order ------------------------------------------------------------------------------
 
@@ -437,7 +446,7 @@ class HTTPConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or self._closing:
             return
-        transport.write(serialize(response, close))
+        transport.write(response.wire(close))
         if close:
             self._close_after_answers()
 

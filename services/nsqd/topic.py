@@ -81,13 +81,16 @@ class Topic:
             raise TopicError("exiting")
         count = len(bodies)
         timestamp = time.time_ns()
-        entries = list(zip(self._guid.next_ids(count), bodies, repeat(timestamp, count), repeat(defer_ms, count)))
+        if count == 1:  # one message per request, what most producers send
+            entries = [(self._guid.next_id(), bodies[0], timestamp, defer_ms)]
+        else:
+            entries = list(zip(self._guid.next_ids(count), bodies, repeat(timestamp, count), repeat(defer_ms, count)))
         if self.paused or not self.channels or not self.started:
             self._hold(entries)
         else:
             self._distribute(entries, deferred=defer_ms > 0)
         self.message_count += count
-        self.message_bytes += sum(map(len, bodies))
+        self.message_bytes += len(bodies[0]) if count == 1 else sum(map(len, bodies))
 
     def _hold(self, entries: list[TopicEntry]) -> None:
         """Memory while it has room, then disk; raises TopicError, holding none, if the disk refuses."""
