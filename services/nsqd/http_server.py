@@ -237,6 +237,8 @@ _BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=
 _HEADERS_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
                       b"Connection: close\r\n\r\n431 Request Header Fields Too Large")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+# how long a closing connection drops what its client still sends (Go's rstAvoidanceDelay)
+_LINGER = 0.5
 
 
 class HTTPService:
@@ -326,9 +328,23 @@ class HTTPConnection(asyncio.Protocol):
 
     def _abort_with(self, answer: bytes) -> None:
         assert self._transport is not None
-        self._closing = True
         self._transport.write(answer)
-        self._transport.close()
+        self._linger_and_close()
+
+    def _linger_and_close(self) -> None:
+        """Closes after the last answer. A client may still be sending (a body over the limit, or requests past
+        a bad one): closing with its bytes unread would reset the connection and could destroy the answer before
+        it is read, so, as Go's server does, the sending side is shut and what arrives is dropped for a moment
+        first."""
+        transport = self._transport
+        assert transport is not None
+        self._closing = True
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        transport.resume_reading()
+        asyncio.get_running_loop().call_later(_LINGER, transport.close)
 
     # -- parser callbacks (httptools calls them while feed_data runs) ------------------------------------------
 
@@ -452,5 +468,4 @@ class HTTPConnection(asyncio.Protocol):
 
     def _close_after_answers(self) -> None:
         if self._busy is None and not self._waiting and self._transport is not None:
-            self._closing = True
-            self._transport.close()
+            self._linger_and_close()
