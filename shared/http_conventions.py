@@ -6,7 +6,6 @@ through ``shared.http_api``, and nsqd's own server (``services.nsqd.http_server`
 
 from __future__ import annotations
 
-import html
 import json
 import posixpath
 from typing import Any
@@ -55,4 +54,6 @@ def redirect_status(method: str) -> int:
 
 def redirect_body(location: str) -> str:
     """Go's http.Redirect: a short HTML body, for GET only."""
+    import html  # rare: not worth loading at start
+
     return f'<a href="{html.escape(location)}">Moved Permanently</a>.\n\n'

@@ -1,21 +1,22 @@
 """/metrics for one service instance: its own Prometheus registry (never the global one, so two instances can
 share a process), holding one collector that reads the instance's state at scrape time.
 
-prometheus_client is imported at the first scrape: it pulls in http.server and email (about 1.5 MB), which an
-instance that is never scraped need not carry.
+prometheus_client, and the collector itself, come at the first scrape: prometheus_client pulls in http.server and
+email (about 1.5 MB), which an instance that is never scraped need not carry.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 
 class PrometheusEndpoint:
-    def __init__(self, collector: Any) -> None:
-        """``collector`` has prometheus_client's ``collect()`` (yielding metric families)."""
+    def __init__(self, collector: Callable[[], Any]) -> None:
+        """``collector()`` makes the collector: an object with prometheus_client's ``collect()`` (yielding metric
+        families)."""
         self._collector = collector
         self._registry: CollectorRegistry | None = None
 
@@ -25,6 +26,6 @@ class PrometheusEndpoint:
 
         if self._registry is None:
             self._registry = CollectorRegistry()
-            self._registry.register(self._collector)
+            self._registry.register(self._collector())
             ProcessCollector(registry=self._registry)
         return generate_latest(self._registry), CONTENT_TYPE_LATEST

@@ -44,7 +44,7 @@ class NSQAdmin:
         self.http_address: tuple[str, int] = ("", 0)
         # requests answered, by route, method and status: (count, seconds spent)
         self.request_stats: dict[tuple[str, str, int], tuple[int, float]] = {}
-        self.metrics = PrometheusEndpoint(AdminCollector(self))
+        self.metrics = PrometheusEndpoint(lambda: AdminCollector(self))
         self.last_snapshot: list[Json] = []
         self.last_snapshot_errors = 0
         self._session: aiohttp.ClientSession | None = None

@@ -30,7 +30,7 @@ class NSQLookupd:
         self.db = RegistrationDB()
         # HTTP requests answered, by route and status, for /metrics
         self.request_counts: dict[tuple[str, int], int] = {}
-        self.metrics = PrometheusEndpoint(LookupdCollector(self))
+        self.metrics = PrometheusEndpoint(lambda: LookupdCollector(self))
         self.tcp_address: tuple[str, int] = ("", 0)
         self.http_address: tuple[str, int] = ("", 0)
         self.external_http_address: tuple[str, int] = ("", 0)

@@ -14,7 +14,6 @@ except by ephemeral channels, which discard what their memory queue cannot hold,
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
@@ -139,7 +138,7 @@ class Channel:
         self._storage.health.write_succeeded()
 
     def _deliver(self, client: Client, entry: ChannelEntry, now: float) -> None:
-        if client.sample_rate and random.randrange(100) > client.sample_rate:
+        if client.sample_rate and _percentile() > client.sample_rate:
             return  # NSQ's sampling: the message is gone for the whole channel
         msg = InFlightMessage(entry, client, now, now + client.msg_timeout)
         self.delivered_count += 1
@@ -336,3 +335,10 @@ class Channel:
             "e2e_processing_latency": self.e2e.result(now) if self.e2e is not None else DISABLED,
         })
         return stats
+
+
+def _percentile() -> int:
+    """A random integer in [0, 100), for clients that sample (random is loaded only once one does)."""
+    from random import randrange
+
+    return randrange(100)

@@ -18,7 +18,6 @@ from shared.protocol.errors import FatalClientError
 from shared.runtime_config import address_list, option_value, set_log_level
 from shared.version import VERSION
 
-from . import stats
 from .http_server import NSQ_V1, BodyLimit, Request, Response, Router, json_response
 from .topic import Topic, TopicError
 
@@ -119,6 +118,8 @@ class _API:
         })
 
     def stats(self, request: Request) -> Response:
+        from . import stats  # at the first /stats: an nsqd nobody reads the stats of need not carry it
+
         query = request.query
         include_clients = parse_bool(query.get("include_clients"))
         include_mem = parse_bool(query.get("include_mem"))

@@ -25,7 +25,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from email.utils import formatdate
 from http import HTTPStatus
 from typing import NamedTuple, cast
 from urllib.parse import parse_qsl
@@ -206,7 +205,8 @@ class _Date:
         now = time.time()
         if int(now) != self._second:
             self._second = int(now)
-            self._value = formatdate(now, usegmt=True).encode()
+            # RFC 7231's IMF-fixdate; Python never sets a locale of its own, so the names are English
+            self._value = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now)).encode()
         return self._value
 
 

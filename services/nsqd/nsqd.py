@@ -27,9 +27,7 @@ from .client import Client
 from .disk_queue import Storage
 from .http_api import build_router, tls_required
 from .http_server import HTTPService
-from .lookup_peer import LookupPeer, channels_in_cluster, registrations
 from .metadata import DataPathLock
-from .metrics import NSQDCollector
 from .options import Options
 from .protocol_v2 import ConnectionV2
 from .queue_scan import QueueScanner
@@ -40,6 +38,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .auth_client import AuthClient
+    from .lookup_peer import LookupPeer
+    from .metrics import NSQDCollector
 
 log = logging.getLogger("nsqd")
 
@@ -53,7 +53,7 @@ class NSQD:
         self.topics: dict[str, Topic] = {}
         self.connections: set[ConnectionV2] = set()
         self.client_defaults = identify.defaults(opts)
-        self.metrics = PrometheusEndpoint(NSQDCollector(self))
+        self.metrics = PrometheusEndpoint(self._metrics_collector)
         self.gc_pauses = GCPauses()
         self.tcp_address: tuple[str, int] = ("", 0)
         self.http_address: tuple[str, int] = ("", 0)
@@ -145,6 +145,11 @@ class NSQD:
             self._data_path_lock.release()
         log.info("NSQ: bye")
 
+    def _metrics_collector(self) -> NSQDCollector:
+        from .metrics import NSQDCollector  # at the first scrape
+
+        return NSQDCollector(self)
+
     # -- clients ---------------------------------------------------------------------------------------------
 
     def next_client_id(self) -> int:
@@ -189,6 +194,8 @@ class NSQD:
 
     async def _start_with_cluster_channels(self, topic: Topic, lookupds: list[str]) -> None:
         try:
+            from .lookup_peer import channels_in_cluster
+
             names = await channels_in_cluster(lookupds, topic.name, self.opts.http_client_connect_timeout,
                                               self.opts.http_client_request_timeout)
             for name in sorted(names):
@@ -231,6 +238,8 @@ class NSQD:
                 await self.lookup_peers.pop(address).stop()
         for address in addresses:
             if address not in self.lookup_peers:
+                from .lookup_peer import LookupPeer, registrations  # only for an nsqd that knows lookupds
+
                 peer = LookupPeer(address, self._lookupd_identity, lambda: registrations(self.topics))
                 self.lookup_peers[address] = peer
                 peer.start()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import zlib
 from dataclasses import dataclass
@@ -13,7 +12,11 @@ from shared.program import ProgramOptions
 
 def default_node_id() -> int:
     """NSQ's default: crc32 of the md5 of the hostname, modulo 1024."""
-    return zlib.crc32(hashlib.md5(socket.gethostname().encode()).digest()) % 1024
+    try:
+        from _md5 import md5  # type: ignore[import-not-found]  # CPython's own: hashlib would load every OpenSSL digest (0.7 MB) for this one hash
+    except ImportError:
+        from hashlib import md5
+    return zlib.crc32(md5(socket.gethostname().encode()).digest()) % 1024
 
 
 @dataclass

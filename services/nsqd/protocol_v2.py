@@ -25,7 +25,6 @@ from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
 from shared.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, HEARTBEAT, MAGIC_V2, OK, encode_frame
 
 from . import identify
-from .auth import AuthError, auth_response
 from .channel import Channel, ChannelError
 from .client import STATE_CLOSING, STATE_DISCONNECTED, STATE_INIT, STATE_SUBSCRIBED, Client
 from .topic import TopicError
@@ -223,6 +222,8 @@ class ConnectionV2(asyncio.Protocol):
         assert client.auth is not None
         if not client.auth.authorizations:
             raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
+        from .auth import auth_response  # only nsqd with auth servers get here
+
         return auth_response(client.auth)
 
     async def _reauthorize(self, command: Command) -> bytes | None:
@@ -231,6 +232,8 @@ class ConnectionV2(asyncio.Protocol):
         return _HANDLERS[command.name](self, command)
 
     async def _query_auth(self, secret: str) -> None:
+        from .auth import AuthError
+
         client, auth = self.client, self.nsqd.auth_client
         assert auth is not None
         tls = client.tls is not None

@@ -12,7 +12,6 @@ import os
 import sys
 import time
 from collections import deque
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from shared.flags import format_duration
@@ -113,7 +112,7 @@ def _narrow_pub_counts(client_stats: dict[str, Any], topic: str | None) -> dict[
 
 def render_text(nsqd: NSQD, document: dict[str, Any]) -> str:
     """NSQ's plain-text /stats."""
-    started = datetime.fromtimestamp(nsqd.start_time, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(nsqd.start_time))
     lines = [version_line("nsqd"), f"start_time {started}",
              f"uptime {format_duration(time.time() - nsqd.start_time)}", "", f"Health: {document['health']}"]
     if "memory" in document:
