@@ -5,6 +5,8 @@ Each function runs in its own process and returns how many messages it moved in 
 
 from __future__ import annotations
 
+import re
+import selectors
 import socket
 import struct
 import time
@@ -47,21 +49,28 @@ def _expect_ok(sock: socket.socket) -> None:
 
 
 def publish(address: tuple[str, int], topic: str, batch: int, size: int, start_at: float,
-            duration: float) -> int:
-    """Synchronous PUB (batch 1) or MPUB (batch > 1) until ``start_at + duration``; messages acknowledged."""
+            duration: float, command: bytes = b"") -> tuple[int, list[float]]:
+    """PUB (batch 1) or MPUB (batch > 1, or ``command=b"MPUB"``), each waiting for its OK, until
+    ``start_at + duration``: messages acknowledged, and every round trip in seconds."""
     sock = connect(address)
     body = b"x" * size
-    frame = encode_mpub(topic.encode(), [body] * batch) if batch > 1 else \
+    frame = encode_mpub(topic.encode(), [body] * batch) if batch > 1 or command == b"MPUB" else \
         encode_command(b"PUB", topic.encode(), body=body)
     count = 0
+    round_trips = []
+    clock = time.perf_counter
     time.sleep(max(0.0, start_at - time.time()))
-    end = start_at + duration
-    while time.time() < end:
+    end = clock() + (start_at + duration - time.time())
+    while True:
+        sent = clock()
+        if sent >= end:
+            break
         sock.sendall(frame)
         _expect_ok(sock)
+        round_trips.append(clock() - sent)
         count += batch
     sock.close()
-    return count
+    return count, round_trips
 
 
 def consume(address: tuple[str, int], topic: str, channel: str, rdy: int, expected: int,
@@ -118,3 +127,46 @@ def probe(address: tuple[str, int], start_at: float, duration: float) -> list[fl
         time.sleep(0.01)
     sock.close()
     return latencies
+
+
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
+
+
+def http_publish(address: tuple[str, int], path: str, size: int, connections: int, start_at: float,
+                 duration: float) -> tuple[int, list[float]]:
+    """``POST path`` with a ``size``-byte body over ``connections`` keep-alive connections, each waiting for its
+    answer before the next request (as wrk does); returns the 200s received and every round trip in seconds.
+    For machines without wrk."""
+    request = (f"POST {path} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\nContent-Length: {size}\r\n\r\n"
+               ).encode() + b"x" * size
+    selector = selectors.DefaultSelector()
+    for _ in range(connections):
+        sock = socket.create_connection(address)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        selector.register(sock, selectors.EVENT_READ, [b"", 0.0])
+    clock = time.perf_counter
+    time.sleep(max(0.0, start_at - time.time()))
+    end = clock() + (start_at + duration - time.time())
+    for key in selector.get_map().values():
+        key.data[1] = clock()
+        key.fileobj.sendall(request)  # type: ignore[union-attr]
+    count, round_trips = 0, []
+    while clock() < end:
+        for key, _ in selector.select(1.0):
+            sock, state = key.fileobj, key.data
+            state[0] += sock.recv(65536)  # type: ignore[union-attr]
+            while (head_end := state[0].find(b"\r\n\r\n")) >= 0:
+                length = _CONTENT_LENGTH.search(state[0], 0, head_end)
+                answer_end = head_end + 4 + (int(length.group(1)) if length else 0)
+                if len(state[0]) < answer_end:
+                    break
+                if state[0].startswith(b"HTTP/1.1 200 "):
+                    count += 1
+                state[0] = state[0][answer_end:]
+                now = clock()
+                round_trips.append(now - state[1])
+                state[1] = now
+                sock.sendall(request)  # type: ignore[union-attr]
+    for key in list(selector.get_map().values()):
+        key.fileobj.close()  # type: ignore[union-attr]
+    return count, round_trips

@@ -1,16 +1,22 @@
 """nsqd throughput benchmark: ``make bench`` or ``.venv/bin/python -m bench.run [--duration 10]``.
 
-Starts an nsqd and drives it from separate processes with 200-byte messages:
-  (a) MPUB, batches of 200, over 2 connections;
-  (b) PUB, one message per request, synchronous, over 2 connections;
-  (c) one consumer with RDY 2500 that FINs every message of the backlog (a) left behind.
-Prints msg/s and nsqd's CPU seconds per million messages for each, nsqd's idle RSS, and the ceiling of the
+Starts an nsqd at NSQ's default flags (``--nsqd-args`` adds flags, for a tuned second line) and drives it from
+separate processes with 200-byte messages, the loads NSQ's own bench_writer, bench_reader and ``wrk`` produce:
+  (a) MPUB, batches of 200, over 2 connections, each waiting for its OK;
+  (b) PUB, one message per request, over 2 connections, each waiting for its OK (round trip p50/p99);
+  (b') MPUB of one message, the same way (what bench_writer --batch-size=1 sends);
+  (d) HTTP POST /pub, one message per request, from 16 keep-alive connections (wrk -t1 -c16 when installed);
+  (d') HTTP POST /mpub of one message, the same way;
+  (c) one consumer with RDY 2500 that FINs every message the phases above left behind.
+Prints msg/s and nsqd's CPU seconds per million messages for each, nsqd's idle RSS, and first the ceiling of the
 load generators themselves against stand-in servers that do no work.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import json
 import multiprocessing
 import os
 import tempfile
@@ -19,11 +25,15 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from bench import load, sinks
-from tests.processes import NSQDProcess, start_nsqd
+from bench import http_load, load, sinks
+from tests.processes import ROOT, NSQDProcess, start_nsqd
 
 TOPIC = "bench"
 SIZE = 200
+HTTP_CONNECTIONS = 16
+
+# messages, seconds, and the round trip's p50 and p99 in seconds (None where the generator does not time them)
+Outcome = tuple[int, float, "tuple[float, float] | None"]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -41,56 +51,68 @@ def rss_mib(pid: int) -> float:
 
 
 def parallel_publish(pool: ProcessPoolExecutor, address: tuple[str, int], batch: int, workers: int,
-                     duration: float) -> tuple[int, float]:
+                     duration: float, command: bytes = b"") -> Outcome:
     start_at = time.time() + 0.5
-    futures = [pool.submit(load.publish, address, TOPIC, batch, SIZE, start_at, duration) for _ in range(workers)]
-    return sum(future.result() for future in futures), duration
+    futures = [pool.submit(load.publish, address, TOPIC, batch, SIZE, start_at, duration, command)
+               for _ in range(workers)]
+    results = [future.result() for future in futures]
+    return sum(count for count, _ in results), duration, _percentiles([trip for _, trips in results for trip in trips])
 
 
-def measure(name: str, pid: int | None, run: Callable[[], tuple[int, float]]) -> dict[str, Any]:
+def http_publish(pool: ProcessPoolExecutor, address: tuple[str, int], path: str, duration: float) -> Outcome:
+    result = http_load.run(pool, address, path, SIZE, HTTP_CONNECTIONS, duration)
+    if result.errors:
+        print(f"   !! {result.errors:,} requests failed")
+    return result.requests, result.seconds, (result.p50, result.p99)
+
+
+def measure(name: str, pid: int | None, run: Callable[[], Outcome]) -> dict[str, Any]:
     cpu_before = cpu_seconds(pid) if pid else 0.0
-    messages, seconds = run()
+    messages, seconds, round_trip = run()
     cpu = cpu_seconds(pid) - cpu_before if pid else 0.0
     row = {"name": name, "messages": messages, "rate": messages / seconds if seconds else 0.0,
            "cpu_per_million": cpu / messages * 1e6 if messages and pid else None}
     cpu_text = f"{row['cpu_per_million']:6.2f} nsqd CPU s / M msgs" if pid else ""
     print(f"{name:<46} {row['rate']:>12,.0f} msg/s  ({messages:,} msgs)  {cpu_text}", flush=True)
+    if round_trip is not None:
+        print(f"{'':<46} round trip p50 {round_trip[0] * 1e6:,.0f} us, p99 {round_trip[1] * 1e6:,.0f} us", flush=True)
     return row
+
+
+def _percentiles(round_trips: list[float]) -> tuple[float, float] | None:
+    if not round_trips:
+        return None
+    ordered = sorted(round_trips)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per publishing phase")
-    parser.add_argument("--nsqd-args", default="", help="extra nsqd flags")
+    parser.add_argument("--nsqd-args", default="", help="extra nsqd flags (the headline uses none)")
     parser.add_argument("--skip-ceiling", action="store_true", help="do not measure the generators' ceilings")
+    parser.add_argument("--compare-with", metavar="NSQD", default="",
+                        help="then the same phases against another nsqd binary (NSQ's own), for the ratio")
     parser.add_argument("--disk", action="store_true",
-                        help="also run (a) and (c) with --mem-queue-size=0: every message through the disk queue")
+                        help="also run (a) and (c) with --mem-queue-size=0 and a channel: every message through "
+                             "the disk queue of the channel")
     args = parser.parse_args()
+    # nsqd runs as an installed package does, from compiled bytecode (compiling at every start costs memory)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    for package in ("shared", "services", "apps"):
+        compileall.compile_dir(ROOT / package, quiet=1)
     pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork"))
     pool.submit(time.sleep, 0).result()
 
     if not args.skip_ceiling:
-        print("-- load generators against do-nothing servers (their ceiling)")
-        sink, listener = sinks.publish_sink()
-        measure("(a) MPUB x200 generator, 2 conns", None, lambda: parallel_publish(pool, sink, 200, 2, 3))
-        measure("(b) PUB generator, 2 conns", None, lambda: parallel_publish(pool, sink, 1, 2, 3))
-        listener.close()
-        source, listener = sinks.message_source()
-        measure("(c) consumer, RDY 2500", None,
-                lambda: pool.submit(load.consume, source, TOPIC, "ch", 2500, 2_000_000, 10).result())
-        listener.close()
-
+        measure_ceilings(pool)
     try:
-        with tempfile.TemporaryDirectory() as data_path:
-            nsqd = start_nsqd("--mem-queue-size=100000000", *args.nsqd_args.split(), data_path=Path(data_path))
-            pid = nsqd.process.pid
-            try:
-                time.sleep(1.0)
-                print(f"-- nsqd (pid {pid}): idle RSS {rss_mib(pid):.1f} MiB")
-                run_phases(pool, nsqd, pid, args.duration)
-                print(f"-- nsqd RSS after the run {rss_mib(pid):.1f} MiB")
-            finally:
-                nsqd.stop()
+        ours = run_nsqd(pool, args.nsqd_args.split(), args.duration)
+        if args.compare_with:
+            theirs = run_nsqd(pool, args.nsqd_args.split(), args.duration, [args.compare_with])
+            print(f"-- this nsqd against {args.compare_with}")
+            for mine, other in zip(ours, theirs):
+                print(f"{mine['name']:<46} {mine['rate'] / other['rate'] if other['rate'] else 0:>12.2f}x")
         if args.disk:
             with tempfile.TemporaryDirectory() as data_path:
                 run_disk_phases(pool, Path(data_path), args.duration, args.nsqd_args.split())
@@ -98,15 +120,63 @@ def main() -> None:
         pool.shutdown()
 
 
-def run_phases(pool: ProcessPoolExecutor, nsqd: NSQDProcess, pid: int, duration: float) -> None:
-    address = nsqd.tcp_address
-    published = measure("(a) MPUB x200, 200 B, 2 conns", pid, lambda: parallel_publish(pool, address, 200, 2,
-                                                                                        duration))
-    single = measure("(b) PUB, 200 B, 2 conns, synchronous", pid,
-                     lambda: parallel_publish(pool, address, 1, 2, duration))
-    backlog = published["messages"] + single["messages"]
-    measure("(c) consume backlog, RDY 2500, FIN each", pid,
-            lambda: pool.submit(load.consume, address, TOPIC, "ch", 2500, backlog, 600).result())
+def run_nsqd(pool: ProcessPoolExecutor, flags: list[str], duration: float,
+             program: list[str] | None = None) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as data_path:
+        nsqd = start_nsqd(*flags, data_path=Path(data_path), program=program)
+        pid = nsqd.process.pid
+        try:
+            time.sleep(1.0)
+            settings = f"with {' '.join(flags)}" if flags else "at NSQ's default flags"
+            print(f"-- {program[0] if program else 'nsqd'} {settings} (pid {pid}): idle RSS {rss_mib(pid):.1f} MiB")
+            rows = run_phases(pool, nsqd, pid, duration)
+            print(f"-- nsqd RSS after the run {rss_mib(pid):.1f} MiB")
+            return rows
+        finally:
+            nsqd.stop()
+
+
+def measure_ceilings(pool: ProcessPoolExecutor) -> None:
+    print("-- load generators against do-nothing servers (their ceiling)")
+    sink, listener = sinks.publish_sink()
+    measure("(a) MPUB x200 generator, 2 conns", None, lambda: parallel_publish(pool, sink, 200, 2, 3))
+    measure("(b) PUB generator, 2 conns", None, lambda: parallel_publish(pool, sink, 1, 2, 3))
+    listener.close()
+    source, listener = sinks.message_source()
+    measure("(c) consumer, RDY 2500", None,
+            lambda: (*pool.submit(load.consume, source, TOPIC, "ch", 2500, 2_000_000, 10).result(), None))
+    listener.close()
+    http_sink, process = sinks.http_sink()
+    generator = f"wrk -t1 -c{HTTP_CONNECTIONS}" if http_load.wrk_path() else "in-repo, no wrk installed"
+    measure(f"(d) HTTP generator ({generator})", None, lambda: http_publish(pool, http_sink, "/pub?topic=t", 3))
+    process.terminate()
+    process.join()
+
+
+def run_phases(pool: ProcessPoolExecutor, nsqd: NSQDProcess, pid: int, duration: float) -> list[dict[str, Any]]:
+    address, http = nsqd.tcp_address, ("127.0.0.1", nsqd.http_port)
+    rows = [
+        measure("(b) PUB, 200 B, 2 conns, each awaiting its OK", pid,
+                lambda: parallel_publish(pool, address, 1, 2, duration)),
+        measure("(b') MPUB of 1, 200 B, 2 conns, awaiting OK", pid,
+                lambda: parallel_publish(pool, address, 1, 2, duration, b"MPUB")),
+        measure(f"(d) HTTP /pub, 200 B, {HTTP_CONNECTIONS} keep-alive conns", pid,
+                lambda: http_publish(pool, http, f"/pub?topic={TOPIC}", duration)),
+        measure(f"(d') HTTP /mpub of 1, 200 B, {HTTP_CONNECTIONS} conns", pid,
+                lambda: http_publish(pool, http, f"/mpub?topic={TOPIC}", duration)),
+        measure("(a) MPUB x200, 200 B, 2 conns", pid, lambda: parallel_publish(pool, address, 200, 2, duration)),
+    ]
+    backlog = _topic_depth(nsqd)
+    published = sum(row["messages"] for row in rows)
+    print(f"{'':<46} nsqd holds {backlog:,} messages; {published:,} were acknowledged", flush=True)
+    rows.append(measure("(c) consume backlog, RDY 2500, FIN each", pid,
+                        lambda: (*pool.submit(load.consume, address, TOPIC, "ch", 2500, backlog, 600).result(), None)))
+    return rows
+
+
+def _topic_depth(nsqd: NSQDProcess) -> int:
+    document = json.loads(nsqd.http("GET", f"/stats?format=json&topic={TOPIC}")[2])
+    return sum(topic["depth"] for topic in document["topics"])
 
 
 def run_disk_phases(pool: ProcessPoolExecutor, data_path: Path, duration: float, nsqd_args: list[str]) -> None:
@@ -130,8 +200,8 @@ def run_disk_phases(pool: ProcessPoolExecutor, data_path: Path, duration: float,
               f"{latencies[len(latencies) // 2] * 1e3:.1f} ms, p99 {latencies[int(len(latencies) * 0.99)] * 1e3:.1f} ms, "
               f"max {latencies[-1] * 1e3:.1f} ms")
         read = measure("(c) consume from disk, RDY 2500, FIN each", pid,
-                       lambda: pool.submit(load.consume, nsqd.tcp_address, TOPIC, "ch", 2500, written["messages"],
-                                           600).result())
+                       lambda: (*pool.submit(load.consume, nsqd.tcp_address, TOPIC, "ch", 2500, written["messages"],
+                                             600).result(), None))
         print(f"{'':<46} {read['rate'] * record / 1e6:>12,.1f} MB/s read")
     finally:
         nsqd.stop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import socket
 import struct
 import threading
@@ -99,3 +101,48 @@ def publish_sink() -> tuple[tuple[str, int], socket.socket]:
 
 def message_source() -> tuple[tuple[str, int], socket.socket]:
     return _serve(_MessageSource)
+
+
+_HTTP_OK = (b"HTTP/1.1 200 OK\r\nX-Nsq-Content-Type: nsq; version=1.0\r\nDate: Mon, 23 Nov 2026 00:00:00 GMT\r\n"
+            b"Content-Length: 2\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nOK")
+
+
+class _HTTPSink(asyncio.Protocol):
+    """Parses each request (httptools, as nsqd does) and answers nsqd's OK without doing anything."""
+
+    def __init__(self) -> None:
+        import httptools
+
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_message_complete(self) -> None:
+        assert self.transport is not None
+        self.transport.write(_HTTP_OK)
+
+
+def _serve_http(listener: socket.socket) -> None:
+    from shared.event_loop import new_event_loop
+
+    loop = new_event_loop()
+    loop.run_until_complete(loop.create_server(_HTTPSink, sock=listener))
+    loop.run_forever()
+
+
+def http_sink() -> tuple[tuple[str, int], multiprocessing.Process]:
+    """A do-nothing HTTP server in a process of its own (uvloop and httptools, like nsqd): stop it with
+    ``terminate()``."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    process = multiprocessing.get_context("fork").Process(target=_serve_http, args=(listener,), daemon=True)
+    process.start()
+    address = listener.getsockname()
+    listener.close()
+    return address, process

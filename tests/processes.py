@@ -99,13 +99,15 @@ def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "c
     return result
 
 
-def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15) -> NSQDProcess:
+def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15,
+               program: list[str] | None = None) -> NSQDProcess:
     """``nsqd`` on 127.0.0.1 with ports chosen by the kernel; ``args`` are extra flags. Without ``data_path`` its
-    data goes to a directory of its own, removed when it stops."""
+    data goes to a directory of its own, removed when it stops. ``program`` runs another nsqd that takes NSQ's
+    flags (NSQ's own binary, for the benchmark's comparison) instead of this project's."""
     scratch = Path(tempfile.mkdtemp(prefix="nsqd-")) if data_path is None else None
     try:
         started = _start("services.nsqd", [*_TCP_AND_HTTP, *args, f"--data-path={data_path or scratch}"],
-                         ("TCP", "HTTP"), timeout)
+                         ("TCP", "HTTP"), timeout, program)
     except BaseException:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -134,8 +136,9 @@ def start_auth_server(rules: Path, timeout: float = 15) -> NSQDProcess:
 _TCP_AND_HTTP = ("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", "--broadcast-address=127.0.0.1")
 
 
-def _start(module: str, args: list[str], listeners: tuple[str, ...], timeout: float) -> NSQDProcess:
-    command = [sys.executable, "-m", module, *args]
+def _start(module: str, args: list[str], listeners: tuple[str, ...], timeout: float,
+           program: list[str] | None = None) -> NSQDProcess:
+    command = [*(program or [sys.executable, "-m", module]), *args]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     ports: dict[str, int] = {}

@@ -101,6 +101,19 @@ class Channel:
                 return
             deliver(next(iter(ready)), entry, now)
 
+    def put_from_disk(self, payloads: list[bytes]) -> None:
+        """Messages from the topic's disk queue, in the disk format. What the consumers can take now or memory can
+        hold is decoded; the rest goes to this channel's disk queue as it is, never decoded."""
+        if self.backend is None:
+            self.put_new([decode(payload) for payload in payloads])
+            return
+        room = max(0, self._opts.mem_queue_size - len(self.memory)) + self.room_in_clients()
+        if room:
+            self.put_new([decode(payload) for payload in payloads[:room]])
+        if len(payloads) > room:
+            self.message_count += len(payloads) - room
+            self._spill_payloads(payloads[room:])
+
     def put_deferred(self, entry: ChannelEntry, delay: float, now: float) -> None:
         self.message_count += 1
         self.deferred.push(DeferredMessage(entry, now + delay))
@@ -128,12 +141,15 @@ class Channel:
             self.memory.extend(entries)  # no disk at all: memory is all there is
 
     def _spill(self, entries: list[ChannelEntry]) -> None:
+        self._spill_payloads([encode(entry) for entry in entries])
+
+    def _spill_payloads(self, payloads: list[bytes]) -> None:
         assert self.backend is not None
         try:
-            self.backend.put([encode(entry) for entry in entries])
+            self.backend.put(payloads)
         except OSError as error:
             self._storage.health.write_failed(f"failed to write messages to {self.backend.name}", error)
-            self.memory.extend(entries)  # kept: a message nsqd accepted is never dropped
+            self.memory.extend(decode(payload) for payload in payloads)  # kept: nsqd never drops what it accepted
             return
         self._storage.health.write_succeeded()
 
@@ -165,7 +181,23 @@ class Channel:
         while ready:
             if not memory and not self._read_from_disk():
                 break
-            self._deliver(next(iter(ready)), memory.popleft(), now)
+            client = next(iter(ready))
+            if len(ready) == 1 and not client.sample_rate:
+                self._deliver_batch(client, now)
+            else:
+                self._deliver(client, memory.popleft(), now)
+
+    def _deliver_batch(self, client: Client, now: float) -> None:
+        """The only client with room gets as much of the memory queue as its window takes, in one go."""
+        memory = self.memory
+        count = min(client.ready_count - client.in_flight_count, len(memory))
+        deadline = now + client.msg_timeout
+        messages = [InFlightMessage(memory.popleft(), client, now, deadline) for _ in range(count)]
+        self.delivered_count += count
+        self.in_flight.push_all(messages)
+        client.send_messages(messages)
+        if client.in_flight_count >= client.ready_count:
+            del self._ready[client]
 
     def _read_from_disk(self) -> bool:
         """Moves what the clients with room can take (up to 1024) from disk to memory; False if none."""

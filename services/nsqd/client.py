@@ -101,6 +101,19 @@ class Client:
             self._flush_requested = True
             self._request_flush(self)
 
+    def send_messages(self, messages: list[InFlightMessage]) -> None:
+        """``send_message`` for each of ``messages``, their frames joined into one write."""
+        self.in_flight_count += len(messages)
+        self.message_count += len(messages)
+        pack = _pack_message_header
+        self._out += b"".join([pack(_MESSAGE_OVERHEAD + len(msg.body), _FRAME_TYPE_MESSAGE, msg.timestamp,
+                                    msg.attempts) + msg.id + msg.body for msg in messages])
+        if len(self._out) >= self.output_buffer_size:
+            self.flush()
+        elif not self._flush_requested:
+            self._flush_requested = True
+            self._request_flush(self)
+
     def queue_response(self, data: bytes) -> None:
         """Buffered until ``flush``: the connection flushes after processing the bytes it received."""
         self._out += encode_frame(FRAME_TYPE_RESPONSE, data)

@@ -38,6 +38,12 @@ class DeadlineQueue(Generic[T]):
         self._by_id[item.id] = item
         heapq.heappush(self._heap, (item.deadline, item.id))
 
+    def push_all(self, items: list[T]) -> None:
+        by_id, heap, push = self._by_id, self._heap, heapq.heappush
+        for item in items:
+            by_id[item.id] = item
+            push(heap, (item.deadline, item.id))
+
     def pop(self, msg_id: bytes) -> T | None:
         item = self._by_id.pop(msg_id, None)
         if item is not None and len(self._heap) > 2 * len(self._by_id) + 64:

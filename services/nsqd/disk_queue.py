@@ -37,6 +37,8 @@ log = logging.getLogger("nsqd")
 
 _SIZE = struct.Struct(">i")
 _DEFERRED = struct.Struct(">qi")
+# how much a read takes from a file at once: a few hundred messages of a typical size
+_READ_CHUNK = 256 * 1024
 # a message on disk is at least its header: timestamp, attempts, ID
 MIN_RECORD = 26
 
@@ -162,17 +164,17 @@ class DiskQueue:
                 self._bad_read_file()  # the file the metadata names is gone
                 continue
             end = positions.write_pos if positions.read_file == positions.write_file else None
-            payload = reader.next_record(self._max_record, end)
-            if payload is None:
+            taken = reader.take(max_count - len(payloads), self._max_record, end)
+            if not taken:
                 if end is None and reader.at_end():
                     self._finish_read_file()
                     continue
                 self._bad_read_file()
                 continue
             positions.read_pos = reader.position
-            positions.depth -= 1
-            self._unsynced += 1
-            payloads.append(payload)
+            positions.depth -= len(taken)
+            self._unsynced += len(taken)
+            payloads += taken
         return payloads
 
     def _open_reader(self) -> _Reader | None:
@@ -388,6 +390,37 @@ class _Reader:
             return None
         self.position += 4 + size
         return payload
+
+    def take(self, count: int, max_record: int, end: int | None) -> list[bytes]:
+        """Up to ``count`` payloads from the current position, read a chunk at a time; stops before a record that
+        is invalid or not whole by the limit (``end``, else the file's size), which the next call then finds
+        first (and returns nothing)."""
+        limit = end if end is not None else self._size
+        if end is None and self.position + 4 > limit:
+            self._size = limit = os.fstat(self._file.fileno()).st_size
+        payloads: list[bytes] = []
+        unpack, fd = _SIZE.unpack_from, self._file.fileno()
+        while len(payloads) < count and self.position + 4 <= limit:
+            chunk = os.pread(fd, min(limit - self.position, _READ_CHUNK), self.position)
+            offset = 0
+            while len(payloads) < count and offset + 4 <= len(chunk):
+                (size,) = unpack(chunk, offset)
+                if not MIN_RECORD <= size <= max_record:
+                    break
+                if offset + 4 + size > len(chunk):
+                    if offset == 0 and self.position + 4 + size <= limit:  # one record larger than a chunk
+                        chunk = os.pread(fd, 4 + size, self.position)
+                        if len(chunk) == 4 + size:
+                            payloads.append(chunk[4:])
+                            offset = 4 + size
+                    break
+                payloads.append(chunk[offset + 4:offset + 4 + size])
+                offset += 4 + size
+            if offset == 0:
+                break  # an invalid or incomplete record
+            self.position += offset
+        self._file.seek(self.position)
+        return payloads
 
     def at_end(self) -> bool:
         self._size = os.fstat(self._file.fileno()).st_size

@@ -134,10 +134,11 @@ class Topic:
             self.memory.clear()
             self._distribute(backlog, deferred=any(entry[3] for entry in backlog))
         while self.backend is not None and self.backend.depth:
-            batch = [decode(payload) for payload in self.backend.read(4096)]
-            if not batch:
+            payloads = self.backend.read(4096)
+            if not payloads:
                 break
-            self._distribute(batch, deferred=False)
+            for channel in self.channels.values():
+                channel.put_from_disk(payloads)
             if self.backend.depth and self._pump_later():
                 return
 

@@ -205,3 +205,24 @@ def test_a_file_read_while_it_was_written_is_read_to_its_real_end(tmp_path: Path
     assert queue.read(1) == [payload(0)]  # the reader opens file 0 while it is the write file
     queue.put([payload(i) for i in range(2, 8)])  # file 0 fills up, then writing rolls on to file 1
     assert read_all(queue) == [payload(i) for i in range(1, 8)]
+
+
+def test_reads_records_across_chunks_and_larger_than_a_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.nsqd import disk_queue
+
+    monkeypatch.setattr(disk_queue, "_READ_CHUNK", 100)  # records straddle chunks; the 500-byte one fills several
+    queue = make(tmp_path)
+    written = [payload(i, size=30 + 7 * i) for i in range(20)] + [payload(20, size=500)] + [payload(21)]
+    queue.put(written)
+    assert queue.read(3) == written[:3]
+    assert read_all(queue) == written[3:]
+    assert queue.depth == 0
+
+
+def test_a_record_still_being_written_is_not_read(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    queue.put([payload(1)])
+    with open(queue.file_path(0), "ab") as file:  # half of a record, as a write cut short would leave
+        file.write(struct.pack(">i", 40) + b"0000000002")
+    assert queue.read(10) == [payload(1)]
+    assert queue.read(10) == []

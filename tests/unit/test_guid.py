@@ -134,3 +134,8 @@ def test_zero_ids(clock: Clock) -> None:
     factory = GuidFactory(1)
     assert factory.next_ids(0) == []
     assert fields(factory.next_id())[2] == 0
+
+
+def test_next_id_continues_the_sequence_of_next_ids(clock: Clock) -> None:
+    one_by_one, batched = GuidFactory(5), GuidFactory(5)
+    assert [one_by_one.next_id() for _ in range(9000)] == batched.next_ids(9000)

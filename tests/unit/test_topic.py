@@ -58,6 +58,24 @@ def test_overflow_goes_to_disk_and_comes_back(tmp_path: Path) -> None:
     topic.flush_to_disk()
 
 
+def test_a_backlog_on_disk_reaches_a_new_channel_in_order(tmp_path: Path) -> None:
+    # what the channel can hold in memory is decoded; the rest goes to its own disk queue unchanged
+    settings = options(mem_queue_size=4)
+    topic = Topic("t", settings, Storage(tmp_path, settings), lambda topic: None)
+    topic.publish([b"%d" % i for i in range(4)])
+    for i in range(4, 20):
+        topic.publish([b"%d" % i])
+    assert (len(topic.memory), topic.backend_depth) == (4, 16)
+    channel = topic.get_channel("c")
+    assert topic.depth == 0 and channel.message_count == 20
+    assert (len(channel.memory), channel.backend_depth) == (4, 16)
+    client, transport = subscribe(channel, ready=100)
+    bodies = [int(m.body) for m in transport.messages()]
+    assert sorted(bodies) == list(range(20)) and bodies[4:] == list(range(4, 20))
+    assert all(m.attempts == 1 for m in channel.in_flight.values())
+    topic.flush_to_disk()
+
+
 def test_a_publish_the_disk_refuses_is_refused_whole(tmp_path: Path) -> None:
     settings = options(mem_queue_size=1)
     topic = Topic("t", settings, Storage(tmp_path, settings), lambda topic: None)
