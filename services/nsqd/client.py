@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MESSAGE_FRAME_HEADER, encode_frame
+from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MESSAGE_FRAME_HEADER, OK, encode_frame
 
 from .tls import connection_stats
 
@@ -36,6 +36,7 @@ STATE_CLOSING = 4
 _pack_message_header = MESSAGE_FRAME_HEADER.pack
 _FRAME_TYPE_MESSAGE = 2
 _MESSAGE_OVERHEAD = 4 + 26  # frame type + timestamp, attempts, ID
+_OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)  # the answer to every publish
 
 
 class Client:
@@ -116,7 +117,7 @@ class Client:
 
     def queue_response(self, data: bytes) -> None:
         """Buffered until ``flush``: the connection flushes after processing the bytes it received."""
-        self._out += encode_frame(FRAME_TYPE_RESPONSE, data)
+        self._out += _OK_FRAME if data is OK else encode_frame(FRAME_TYPE_RESPONSE, data)
 
     def queue_error(self, text: bytes) -> None:
         self._out += encode_frame(FRAME_TYPE_ERROR, text)
