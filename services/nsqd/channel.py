@@ -161,6 +161,8 @@ class Channel:
         self.in_flight.push(msg)
         client.send_message(msg)
         ready = self._ready
+        if client not in ready:
+            return  # the send filled its socket's buffer, which paused it
         if client.in_flight_count >= client.ready_count:
             del ready[client]
         elif len(ready) > 1:
@@ -188,16 +190,19 @@ class Channel:
                 self._deliver(client, memory.popleft(), now)
 
     def _deliver_batch(self, client: Client, now: float) -> None:
-        """The only client with room gets as much of the memory queue as its window takes, in one go."""
+        """The only client with room gets what its window takes from the memory queue, an output buffer's worth
+        at a time: a socket that stops draining pauses delivery between batches, so a message's timeout does
+        not start long before the client can read it."""
         memory = self.memory
-        count = min(client.ready_count - client.in_flight_count, len(memory))
+        per_buffer = max(1, client.output_buffer_size // (_FRAME_OVERHEAD + len(memory[0][1])))
+        count = min(client.ready_count - client.in_flight_count, len(memory), per_buffer)
         deadline = now + client.msg_timeout
         messages = [InFlightMessage(memory.popleft(), client, now, deadline) for _ in range(count)]
         self.delivered_count += count
         self.in_flight.push_all(messages)
-        client.send_messages(messages)
+        client.send_messages(messages)  # may pause writing, which takes the client out of the ready ones
         if client.in_flight_count >= client.ready_count:
-            del self._ready[client]
+            self._ready.pop(client, None)
 
     def _read_from_disk(self) -> bool:
         """Moves what the clients with room can take (up to 1024) from disk to memory; False if none."""
@@ -367,6 +372,10 @@ class Channel:
             "e2e_processing_latency": self.e2e.result(now) if self.e2e is not None else DISABLED,
         })
         return stats
+
+
+# a message frame's bytes besides the body: size, frame type, timestamp, attempts, ID
+_FRAME_OVERHEAD = 4 + 4 + 8 + 2 + 16
 
 
 def _percentile() -> int:

@@ -423,12 +423,11 @@ class HTTPConnection(asyncio.Protocol):
             self._answer(request)
 
     def _answer(self, request: Request) -> None:
-        close = not request.keep_alive
         result = self._run(request)
         if isinstance(result, Response):
-            self._write(result, close)
+            self._write(request, result)
         else:
-            self._busy = asyncio.get_running_loop().create_task(self._answer_later(result, close))
+            self._busy = asyncio.get_running_loop().create_task(self._answer_later(request, result))
             self._update_reading()
 
     def _run(self, request: Request) -> Response | Awaitable[Response]:
@@ -444,26 +443,29 @@ class HTTPConnection(asyncio.Protocol):
             self._log.exception("panic in HTTP handler - %s %s", request.method, request.path)
             return error_response(500, "INTERNAL_ERROR")
 
-    async def _answer_later(self, pending: Awaitable[Response], close: bool) -> None:
+    async def _answer_later(self, request: Request, pending: Awaitable[Response]) -> None:
         try:
             response = await pending
         except HTTPError as error:
             response = error_response(error.status, error.code, error.extra)
         except Exception:
-            self._log.exception("panic in HTTP handler")
+            self._log.exception("panic in HTTP handler - %s %s", request.method, request.path)
             response = error_response(500, "INTERNAL_ERROR")
         self._busy = None
-        self._write(response, close)
+        self._write(request, response)
         while self._waiting and self._busy is None and not self._closing:
             self._answer(self._waiting.popleft())
         self._update_reading()
 
-    def _write(self, response: Response, close: bool) -> None:
+    def _write(self, request: Request, response: Response) -> None:
         transport = self._transport
         if transport is None or self._closing:
             return
-        transport.write(response.wire(close))
-        if close:
+        wire = response.wire(close=not request.keep_alive)
+        if request.method == "HEAD" and response.body:
+            wire = wire[:-len(response.body)]  # the headers say what a GET would get; no body follows them
+        transport.write(wire)
+        if not request.keep_alive:
             self._close_after_answers()
 
     def _close_after_answers(self) -> None:

@@ -233,6 +233,15 @@ async def test_router_answers_as_httprouter(server: tuple[str, int]) -> None:
     assert (crashed[0], crashed[2]) == (500, b'{"message":"INTERNAL_ERROR"}')
 
 
+async def test_an_answer_to_head_has_no_body(server: tuple[str, int]) -> None:
+    # httprouter has no implicit HEAD: a 405, whose body is not sent, so the next answer is read right
+    data = await exchange(server, b"HEAD /ping HTTP/1.1\r\n\r\nGET /ping HTTP/1.1\r\nConnection: close\r\n\r\n",
+                          until_closed=True)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 405 ") and b"Content-Length: 32" in head
+    assert answers(rest)[0][::2] == (200, b"OK")
+
+
 def test_query_parameters_as_go_reads_them() -> None:
     assert parse_query("topic=t") == {"topic": "t"}
     assert parse_query("") == {}
