@@ -22,6 +22,7 @@ from shared.names import is_ephemeral, is_valid_channel_name
 from shared.version import VERSION
 
 from . import identify, metadata, tls
+from .busy_poll import BusyPoll
 from .channel import Channel
 from .client import Client
 from .disk_queue import Storage
@@ -58,6 +59,7 @@ class NSQD:
         self.tcp_address: tuple[str, int] = ("", 0)
         self.http_address: tuple[str, int] = ("", 0)
         self._client_ids = itertools.count(1)
+        self.busy_poll = BusyPoll()
         self._flush_queue: list[Client] = []
         self._tcp_server: asyncio.AbstractServer | None = None
         # the HTTP and HTTPS listeners, each with the service that holds its connections
@@ -98,14 +100,14 @@ class NSQD:
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address, lambda: ConnectionV2(self), log)
         router = build_router(self)
         if self.tls_context is not None and self.opts.https_address:
-            service = HTTPService(router, log)
+            service = HTTPService(router, log, on_data=self.busy_poll.activity)
             server, self.https_address = await listen_tcp(self.opts.https_address, service, log, self.tls_context,
                                                           "HTTPS")
             self._http_servers.append((server, service))
         if self.opts.http_address:
             # --tls-required=true: plain HTTP only says where HTTPS is
             service = HTTPService(router, log, (lambda request: tls_required(self))
-                                  if self.opts.tls_required == "true" else None)
+                                  if self.opts.tls_required == "true" else None, self.busy_poll.activity)
             server, self.http_address = await listen_tcp(self.opts.http_address, service, log, label="HTTP")
             self._http_servers.append((server, service))
         gc.callbacks.append(self.gc_pauses)

@@ -134,6 +134,7 @@ class ConnectionV2(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self._loop.time()
+        self.nsqd.busy_poll.activity()
         if self._inflate is None:
             self._process(data)
             return
