@@ -43,3 +43,23 @@ async def test_a_burst_polls_until_a_quiet_window() -> None:
     assert not poll.polling
     poll.activity()  # the first after a quiet spell does not start it again
     assert not poll.polling
+
+
+async def test_many_arrivals_in_one_turn_stop_it_for_a_window() -> None:
+    clock = Clock()
+    poll = BusyPoll(window=0.0001, clock=clock)
+    poll.activity()
+    poll.activity()
+    assert poll.polling
+    for _ in range(3):  # three clients in one turn: the loop is busy without polling
+        poll.activity()
+    await turns(2)
+    assert not poll.polling
+    poll.activity()
+    assert not poll.polling  # not again within the window
+    clock.now += 0.00005
+    poll.activity()
+    assert not poll.polling
+    clock.now += 0.00006
+    poll.activity()
+    assert poll.polling
