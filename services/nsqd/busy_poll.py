@@ -1,4 +1,4 @@
-"""Keeps the event loop polling, instead of sleeping, while a few clients send faster than a wake-up costs.
+"""Keeps the event loop polling, instead of sleeping, while a few TCP clients send faster than a wake-up costs.
 
 A client that waits for each answer before its next request (one message per PUB) sends again a few tens of
 microseconds after nsqd answered. If nsqd went to sleep in ``epoll_wait`` meanwhile, every request pays for waking
@@ -9,7 +9,8 @@ Here, once two requests arrive within ``window`` of each other, a callback that 
 poll without blocking, until ``window`` passes with nothing received. Clients that send less often than that never
 start it, so a lightly loaded or idle nsqd sleeps as before. Many clients at once need none of it: when a turn of
 the loop brings more than ``MAX_ARRIVALS`` of them, polling stops for a window, since a loop with work of its own
-does not sleep, and sleeping lets arrivals gather into fewer turns.
+does not sleep, and sleeping lets arrivals gather into fewer turns. HTTP clients do not start it: many
+keep-alive producers at once are the load HTTP sees, and there polling only costs.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from shared.names import is_ephemeral
 
@@ -27,7 +27,7 @@ from .message import ChannelEntry, DeferredMessage, InFlightMessage, decode, enc
 
 if TYPE_CHECKING:
     from .client import Client
-    from .disk_queue import Storage
+    from .disk_queue import DiskQueue, Storage
     from .options import Options
 
 log = logging.getLogger("nsqd")
@@ -101,18 +101,18 @@ class Channel:
                 return
             deliver(next(iter(ready)), entry, now)
 
-    def put_from_disk(self, payloads: list[bytes]) -> None:
-        """Messages from the topic's disk queue, in the disk format. What the consumers can take now or memory can
-        hold is decoded; the rest goes to this channel's disk queue as it is, never decoded."""
+    def put_from_disk(self, records: list[bytes]) -> None:
+        """Messages from the topic's disk queue, as records (size prefix included). What the consumers can take now
+        or memory can hold is decoded; the rest goes to this channel's disk queue as it is, never decoded."""
         if self.backend is None:
-            self.put_new([decode(payload) for payload in payloads])
+            self.put_new([decode(record, 4) for record in records])
             return
         room = max(0, self._opts.mem_queue_size - len(self.memory)) + self.room_in_clients()
         if room:
-            self.put_new([decode(payload) for payload in payloads[:room]])
-        if len(payloads) > room:
-            self.message_count += len(payloads) - room
-            self._spill_payloads(payloads[room:])
+            self.put_new([decode(record, 4) for record in records[:room]])
+        if len(records) > room:
+            self.message_count += len(records) - room
+            self._spill_records(records[room:])
 
     def put_deferred(self, entry: ChannelEntry, delay: float, now: float) -> None:
         self.message_count += 1
@@ -141,15 +141,20 @@ class Channel:
             self.memory.extend(entries)  # no disk at all: memory is all there is
 
     def _spill(self, entries: list[ChannelEntry]) -> None:
-        self._spill_payloads([encode(entry) for entry in entries])
+        self._to_disk(lambda backend: backend.put([encode(entry) for entry in entries]), lambda: entries)
 
-    def _spill_payloads(self, payloads: list[bytes]) -> None:
+    def _spill_records(self, records: list[bytes]) -> None:
+        self._to_disk(lambda backend: backend.put_records(records), lambda: [decode(record, 4) for record in records])
+
+    def _to_disk(self, write: Callable[[DiskQueue], None], held: Callable[[], Iterable[ChannelEntry]]) -> None:
+        """``write``s to the disk queue; if the disk refuses, the messages (``held()``) stay in memory: a message
+        nsqd accepted is never dropped."""
         assert self.backend is not None
         try:
-            self.backend.put(payloads)
+            write(self.backend)
         except OSError as error:
             self._storage.health.write_failed(f"failed to write messages to {self.backend.name}", error)
-            self.memory.extend(decode(payload) for payload in payloads)  # kept: nsqd never drops what it accepted
+            self.memory.extend(held())
             return
         self._storage.health.write_succeeded()
 

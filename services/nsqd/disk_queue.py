@@ -108,8 +108,20 @@ class DiskQueue:
             # the common case, all in the current file: headers and payloads joined in one pass
             self._write(b"".join(chain.from_iterable(zip(map(_SIZE.pack, sizes), payloads))), len(payloads))
             return
-        for payload in payloads:
-            record = _SIZE.pack(len(payload)) + payload
+        self._put_records([_SIZE.pack(len(payload)) + payload for payload in payloads])
+
+    def put_records(self, records: list[bytes]) -> None:
+        """``put`` for records as ``read(framed=True)`` returns them, size prefix included (another queue's, moved
+        as they are)."""
+        total = sum(map(len, records))
+        if self._positions.write_pos + total <= self._max_bytes_per_file:
+            self._write(b"".join(records), len(records))
+        else:
+            self._put_records(records)
+
+    def _put_records(self, records: list[bytes]) -> None:
+        """One record at a time, rolling to the next file where the current one would pass its size."""
+        for record in records:
             if self._positions.write_pos > 0 and \
                     self._positions.write_pos + len(record) > self._max_bytes_per_file:
                 self._roll()
@@ -151,8 +163,9 @@ class DiskQueue:
 
     # -- reading -----------------------------------------------------------------------------------------
 
-    def read(self, max_count: int) -> list[bytes]:
-        """Up to ``max_count`` payloads, oldest first; fewer (or none) when no more have been written."""
+    def read(self, max_count: int, framed: bool = False) -> list[bytes]:
+        """Up to ``max_count`` payloads, oldest first; fewer (or none) when no more have been written. ``framed``
+        returns whole records instead, each with its 4-byte size first."""
         payloads: list[bytes] = []
         positions = self._positions
         while len(payloads) < max_count:
@@ -164,7 +177,7 @@ class DiskQueue:
                 self._bad_read_file()  # the file the metadata names is gone
                 continue
             end = positions.write_pos if positions.read_file == positions.write_file else None
-            taken = reader.take(max_count - len(payloads), self._max_record, end)
+            taken = reader.take(max_count - len(payloads), self._max_record, end, 0 if framed else 4)
             if not taken:
                 if end is None and reader.at_end():
                     self._finish_read_file()
@@ -391,10 +404,11 @@ class _Reader:
         self.position += 4 + size
         return payload
 
-    def take(self, count: int, max_record: int, end: int | None) -> list[bytes]:
-        """Up to ``count`` payloads from the current position, read a chunk at a time; stops before a record that
-        is invalid or not whole by the limit (``end``, else the file's size), which the next call then finds
-        first (and returns nothing)."""
+    def take(self, count: int, max_record: int, end: int | None, skip: int = 4) -> list[bytes]:
+        """Up to ``count`` records from the current position, read a chunk at a time, each without its first
+        ``skip`` bytes (4: the payload alone; 0: the whole record); stops before a record that is invalid or not
+        whole by the limit (``end``, else the file's size), which the next call then finds first (and returns
+        nothing)."""
         limit = end if end is not None else self._size
         if end is None and self.position + 4 > limit:
             self._size = limit = os.fstat(self._file.fileno()).st_size
@@ -411,10 +425,10 @@ class _Reader:
                     if offset == 0 and self.position + 4 + size <= limit:  # one record larger than a chunk
                         chunk = os.pread(fd, 4 + size, self.position)
                         if len(chunk) == 4 + size:
-                            payloads.append(chunk[4:])
+                            payloads.append(chunk[skip:])
                             offset = 4 + size
                     break
-                payloads.append(chunk[offset + 4:offset + 4 + size])
+                payloads.append(chunk[offset + skip:offset + 4 + size])
                 offset += 4 + size
             if offset == 0:
                 break  # an invalid or incomplete record

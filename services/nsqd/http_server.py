@@ -246,14 +246,11 @@ class HTTPService:
     keep-alive connection would otherwise outlive the server)."""
 
     def __init__(self, router: Router, log: logging.Logger,
-                 guard: Callable[[Request], Response | None] | None = None,
-                 on_data: Callable[[], None] = lambda: None) -> None:
+                 guard: Callable[[Request], Response | None] | None = None) -> None:
         self.router = router
         self.log = log
         # answers every request itself when it returns a response (--tls-required on plain HTTP)
         self.guard = guard
-        # called whenever a client sent something (nsqd's busy polling)
-        self.on_data = on_data
         self.connections: set[HTTPConnection] = set()
 
     def __call__(self) -> HTTPConnection:
@@ -273,7 +270,6 @@ class HTTPConnection(asyncio.Protocol):
         self._router = service.router
         self._log = service.log
         self._guard = service.guard
-        self._on_data = service.on_data
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._closing = False
@@ -322,7 +318,6 @@ class HTTPConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        self._on_data()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:

@@ -55,6 +55,7 @@ def encode(entry: ChannelEntry) -> bytes:
     return _DISK_HEADER.pack(timestamp, attempts) + msg_id + body
 
 
-def decode(payload: bytes) -> ChannelEntry:
-    timestamp, attempts = _DISK_HEADER.unpack_from(payload)
-    return (payload[10:26], payload[26:], timestamp, attempts)
+def decode(payload: bytes, offset: int = 0) -> ChannelEntry:
+    """The message ``encode`` wrote, from ``offset`` (4 for a record read with its size prefix)."""
+    timestamp, attempts = _DISK_HEADER.unpack_from(payload, offset)
+    return (payload[offset + 10:offset + 26], payload[offset + 26:], timestamp, attempts)

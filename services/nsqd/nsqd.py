@@ -100,14 +100,14 @@ class NSQD:
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address, lambda: ConnectionV2(self), log)
         router = build_router(self)
         if self.tls_context is not None and self.opts.https_address:
-            service = HTTPService(router, log, on_data=self.busy_poll.activity)
+            service = HTTPService(router, log)
             server, self.https_address = await listen_tcp(self.opts.https_address, service, log, self.tls_context,
                                                           "HTTPS")
             self._http_servers.append((server, service))
         if self.opts.http_address:
             # --tls-required=true: plain HTTP only says where HTTPS is
             service = HTTPService(router, log, (lambda request: tls_required(self))
-                                  if self.opts.tls_required == "true" else None, self.busy_poll.activity)
+                                  if self.opts.tls_required == "true" else None)
             server, self.http_address = await listen_tcp(self.opts.http_address, service, log, label="HTTP")
             self._http_servers.append((server, service))
         gc.callbacks.append(self.gc_pauses)

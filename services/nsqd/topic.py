@@ -134,11 +134,11 @@ class Topic:
             self.memory.clear()
             self._distribute(backlog, deferred=any(entry[3] for entry in backlog))
         while self.backend is not None and self.backend.depth:
-            payloads = self.backend.read(4096)
-            if not payloads:
+            records = self.backend.read(4096, framed=True)
+            if not records:
                 break
             for channel in self.channels.values():
-                channel.put_from_disk(payloads)
+                channel.put_from_disk(records)
             if self.backend.depth and self._pump_later():
                 return
 
