@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import NamedTuple, cast
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 import httptools
 
@@ -87,7 +87,8 @@ class Request:
     def __init__(self, method: str, url: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         self.method = method
         path, _, query = url.partition(b"?")
-        self.path = path.decode("latin-1")
+        # routes match the decoded path, as Go's req.URL.Path
+        self.path = unquote(path.decode("latin-1")) if b"%" in path else path.decode("latin-1")
         self.raw_query = query.partition(b"#")[0].decode("latin-1")
         self.headers = headers
         self.body: bytes | None = b""

@@ -220,7 +220,7 @@ async def test_router_answers_as_httprouter(server: tuple[str, int]) -> None:
                                   b"OPTIONS /echo HTTP/1.1\r\n\r\n"
                                   b"GET /ping/?a=1 HTTP/1.1\r\n\r\n"
                                   b"POST /echo/ HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
-                                  b"GET /config/log_level HTTP/1.1\r\n\r\n"
+                                  b"GET /config/log%5Flevel HTTP/1.1\r\n\r\n"
                                   b"GET /crash HTTP/1.1\r\n\r\n")
     not_found, not_allowed, options, get_redirect, post_redirect, config, crashed = answers(data)
     assert (not_found[0], not_found[2]) == (404, b'{"message":"NOT_FOUND"}')
