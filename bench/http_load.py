@@ -49,7 +49,7 @@ def _percentile(values: list[float], fraction: float) -> float:
 
 
 _SCRIPT = 'wrk.method = "POST"\nwrk.body = string.rep("x", {size})\n'
-_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 
 
 def _run_wrk(wrk: str, address: tuple[str, int], path: str, size: int, connections: int,
@@ -78,4 +78,4 @@ def _latency(output: str, label: str) -> float:
 def _duration(text: str) -> float:
     match = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
     assert match is not None, text
-    return float(match.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}[match.group(2)]
+    return float(match.group(1)) * _UNITS[match.group(2)]

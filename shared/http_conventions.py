@@ -12,7 +12,6 @@ from typing import Any
 
 NSQ_CONTENT_TYPE = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
-TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 
 
 class HTTPError(Exception):

@@ -96,11 +96,7 @@ class Client:
                                     msg.attempts)
         out += msg.id
         out += msg.body
-        if len(out) >= self.output_buffer_size:
-            self.flush()
-        elif not self._flush_requested:
-            self._flush_requested = True
-            self._request_flush(self)
+        self._messages_queued()
 
     def send_messages(self, messages: list[InFlightMessage]) -> None:
         """``send_message`` for each of ``messages``, their frames joined into one write."""
@@ -109,6 +105,10 @@ class Client:
         pack = _pack_message_header
         self._out += b"".join([pack(_MESSAGE_OVERHEAD + len(msg.body), _FRAME_TYPE_MESSAGE, msg.timestamp,
                                     msg.attempts) + msg.id + msg.body for msg in messages])
+        self._messages_queued()
+
+    def _messages_queued(self) -> None:
+        """Written now once the buffer holds ``output_buffer_size``, else at the end of this event-loop turn."""
         if len(self._out) >= self.output_buffer_size:
             self.flush()
         elif not self._flush_requested:

@@ -360,8 +360,8 @@ class DiskQueue:
         reader = _Reader(path, self._positions.write_pos)
         recovered = 0
         try:
-            while reader.next_record(self._max_record, size) is not None:
-                recovered += 1
+            while records := reader.take(4096, self._max_record, size, skip=0):
+                recovered += len(records)
             end = reader.position
         finally:
             reader.close()
@@ -378,31 +378,9 @@ class _Reader:
     """Sequential records from one file."""
 
     def __init__(self, path: Path, position: int) -> None:
-        self._file = open(path, "rb", buffering=1 << 16)
-        self._file.seek(position)
+        self._file = open(path, "rb", buffering=0)  # read with pread, a chunk at a time
         self.position = position
         self._size = os.fstat(self._file.fileno()).st_size
-
-    def next_record(self, max_record: int, end: int | None) -> bytes | None:
-        """The next payload, or None if the file ends (or ``end`` comes) before a whole valid record."""
-        limit = end if end is not None else self._size
-        if end is None and self.position + 4 > limit:
-            # the file may have grown while it was the write file: look again before calling it finished
-            self._size = os.fstat(self._file.fileno()).st_size
-            limit = self._size
-        if self.position + 4 > limit:
-            return None
-        header = self._file.read(4)
-        (size,) = _SIZE.unpack(header)
-        if not MIN_RECORD <= size <= max_record or self.position + 4 + size > limit:
-            self._file.seek(self.position)
-            return None
-        payload = self._file.read(size)
-        if len(payload) < size:
-            self._file.seek(self.position)
-            return None
-        self.position += 4 + size
-        return payload
 
     def take(self, count: int, max_record: int, end: int | None, skip: int = 4) -> list[bytes]:
         """Up to ``count`` records from the current position, read a chunk at a time, each without its first
@@ -433,7 +411,6 @@ class _Reader:
             if offset == 0:
                 break  # an invalid or incomplete record
             self.position += offset
-        self._file.seek(self.position)
         return payloads
 
     def at_end(self) -> bool:

@@ -18,7 +18,7 @@ from shared.protocol.errors import FatalClientError
 from shared.runtime_config import address_list, option_value, set_log_level
 from shared.version import VERSION
 
-from .http_server import NSQ_V1, BodyLimit, Request, Response, Router, json_response
+from .http_server import NSQ_V1, Request, Response, Router, json_response
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
@@ -35,12 +35,12 @@ def build_router(nsqd: NSQD) -> Router:
     for path, handler in (("/ping", api.ping), ("/info", api.info), ("/stats", api.stats),
                           ("/metrics", api.metrics), ("/config/:opt", api.config)):
         router.add("GET", path, handler)
-    router.add("POST", "/pub", api.pub, BodyLimit(lambda: opts.max_msg_size))
-    router.add("POST", "/mpub", api.mpub, BodyLimit(lambda: opts.max_body_size))
+    router.add("POST", "/pub", api.pub, lambda: opts.max_msg_size)
+    router.add("POST", "/mpub", api.mpub, lambda: opts.max_body_size)
     for action in ("create", "delete", "empty", "pause", "unpause"):
         router.add("POST", f"/topic/{action}", getattr(api, f"topic_{action}"))
         router.add("POST", f"/channel/{action}", getattr(api, f"channel_{action}"))
-    router.add("PUT", "/config/:opt", api.config, BodyLimit(lambda: opts.max_msg_size))
+    router.add("PUT", "/config/:opt", api.config, lambda: opts.max_msg_size)
     return router
 
 

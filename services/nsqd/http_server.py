@@ -106,10 +106,6 @@ class Request:
             self._query = parse_query(self.raw_query)
         return self._query
 
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of a header, ``name`` lower-case."""
-        return next((value for key, value in self.headers if key.lower() == name), None)
-
 
 def parse_query(raw: str) -> dict[str, str]:
     if "%" in raw or "+" in raw:
@@ -128,16 +124,10 @@ def parse_query(raw: str) -> dict[str, str]:
 Handler = Callable[[Request], "Response | Awaitable[Response]"]
 
 
-class BodyLimit(NamedTuple):
-    """A route that reads its body, up to ``size`` bytes (``size`` is read from the options at each request,
-    since some can change at run time)."""
-
-    size: Callable[[], int]
-
-
 class Route(NamedTuple):
     handler: Handler
-    body: BodyLimit | None
+    # for a route that reads its body: the most it reads, asked at each request (options change at run time)
+    body_limit: Callable[[], int] | None
 
 
 class Router:
@@ -147,12 +137,12 @@ class Router:
         self._exact: dict[str, dict[str, Route]] = {}
         self._prefixed: dict[str, tuple[str, dict[str, Route]]] = {}
 
-    def add(self, method: str, path: str, handler: Handler, body: BodyLimit | None = None) -> None:
+    def add(self, method: str, path: str, handler: Handler, body_limit: Callable[[], int] | None = None) -> None:
         prefix, colon, name = path.rpartition("/:")
         if colon:
-            self._prefixed.setdefault(prefix + "/", (name, {}))[1][method] = Route(handler, body)
+            self._prefixed.setdefault(prefix + "/", (name, {}))[1][method] = Route(handler, body_limit)
         else:
-            self._exact.setdefault(path, {})[method] = Route(handler, body)
+            self._exact.setdefault(path, {})[method] = Route(handler, body_limit)
 
     def methods(self, path: str) -> tuple[dict[str, Route], dict[str, str]]:
         """The routes registered for ``path`` by method, and the path's parameters."""
@@ -374,7 +364,7 @@ class HTTPConnection(asyncio.Protocol):
         request = self._request = Request(self._parser.get_method().decode("latin-1"), self._url, self._headers)
         self._router.match(request)
         route = request.route
-        if route is None or route.body is None or self._guard is not None:
+        if route is None or route.body_limit is None or self._guard is not None:
             return
         continues = False
         for name, value in self._headers:
@@ -382,7 +372,7 @@ class HTTPConnection(asyncio.Protocol):
                 request.content_length = int(value)  # the parser has checked it is a number
             elif len(name) == 6 and name.lower() == b"expect":
                 continues = value.lower() == b"100-continue" and self._parser.get_http_version() == "1.1"
-        self._body, self._body_room = [], route.body.size()
+        self._body, self._body_room = [], route.body_limit()
         if request.content_length is not None and request.content_length > self._body_room:
             self._answer_early()
         elif continues:

@@ -13,7 +13,8 @@ from shared.program import ProgramOptions
 def default_node_id() -> int:
     """NSQ's default: crc32 of the md5 of the hostname, modulo 1024."""
     try:
-        from _md5 import md5  # type: ignore[import-not-found]  # CPython's own: hashlib would load every OpenSSL digest (0.7 MB) for this one hash
+        # CPython's own MD5: hashlib would load every OpenSSL digest (0.7 MB) for this one hash
+        from _md5 import md5  # type: ignore[import-not-found]
     except ImportError:
         from hashlib import md5
     return zlib.crc32(md5(socket.gethostname().encode()).digest()) % 1024

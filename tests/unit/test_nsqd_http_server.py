@@ -13,7 +13,6 @@ import pytest
 
 from services.nsqd.http_server import (
     NSQ_V1,
-    BodyLimit,
     HTTPService,
     Request,
     Response,
@@ -55,8 +54,8 @@ def crash(request: Request) -> Response:
 async def server() -> AsyncIterator[tuple[str, int]]:
     router = Router()
     router.add("GET", "/ping", lambda request: Response(b"OK"))
-    router.add("POST", "/echo", echo, BodyLimit(lambda: LIMIT))
-    router.add("POST", "/sized", sized, BodyLimit(lambda: LIMIT))
+    router.add("POST", "/echo", echo, lambda: LIMIT)
+    router.add("POST", "/sized", sized, lambda: LIMIT)
     router.add("GET", "/slow", slow)
     router.add("GET", "/query", query)
     router.add("GET", "/crash", crash)
