@@ -1,123 +1,151 @@
-"""The ``nsq`` Spark source's throughput: ``.venv/bin/python -m bench.pipeline_source [--messages 500000]``.
+"""The pipeline's consuming side as users run it: ``.venv/bin/python -m bench.pipeline_source [--job parquet]``.
 
-Starts one nsqd (``--mem-queue-size`` above the backlog, ``--max-rdy-count`` = ``--max-in-flight``), fills a topic
-with 200-byte messages, then streams the channel into Parquet in a local Spark session (``local[2]``) until nsqd
-reports every message FIN'd, that is written and committed. Prints msg/s over the whole run (the query's start and
-its first, cold, micro-batch included) and in steady state (from the first FIN to the last), and the batches' sizes.
+Starts nsqlookupd and one nsqd at NSQ's default flags (nsqd registered with the lookupd), publishes ``--messages``
+200-byte JSON events (``{"type": ..., "n": ..., "pad": ...}``) to a topic in MPUBs of 1000, so that all but the
+first 10,000 wait on disk (``--mem-queue-size``), then starts one of these, with its own defaults, on ``local[*]``
+as a separate process and watches nsqd's channel until every event is FIN'd (written and committed):
 
-A micro-batch holds at most half of ``max_in_flight`` messages (see ``services.pipeline.stream_reader``) and costs
-a fixed few hundred milliseconds in Spark however small it is, so the window decides the rate.
+- ``parquet``: ``nsq_to_parquet --topic=... --lookupd-http-address=... --output-dir=... --checkpoint-dir=...``;
+- ``counts``: ``nsq_event_counts --topic=... --output-topic=... --lookupd-http-address=... --checkpoint-dir=...``;
+- ``source``: a user's own query, the README's: ``spark.readStream.format("nsq")`` with only topic, channel and
+  lookupd, into ``writeStream.format("parquet")`` with only a path and a checkpoint (Spark's default trigger).
+
+Prints msg/s over the whole run (the job's start included) and in steady state (from 10 % of the events finished
+to the last), the CPU the job's processes and nsqd spent, and the job's own progress lines. ``--job-args`` adds
+flags to the job (tuned settings: a second line, never the headline). The load generator here is the backlog
+itself: its fill rate is printed first, and nsqd hands a plain consumer that backlog at hundreds of thousands of
+messages per second (``bench.run`` phase c), far above what is measured here.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import shlex
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from bench.run import SIZE, cpu_seconds
 from shared.client import Producer
-from tests.processes import ROOT, NSQDProcess, finished, start_nsqd
+from tests.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd
 
-TOPIC = "bench_pipeline"
-CHANNEL = "parquet"
+TOPIC = "events"
+CHANNELS = {"parquet": "nsq_to_parquet", "counts": "nsq_event_counts", "source": "spark"}
+TYPES = ("click", "view", "purchase", "signup")
+
+# the README's example of a user's own streaming query, nothing tuned
+USER_QUERY = """
+import sys
+from services.pipeline.session import spark_session
+lookupd, output, checkpoint = sys.argv[1:]
+spark = spark_session("local[*]", "my-job")
+events = (spark.readStream.format("nsq").option("topic", "events").option("channel", "spark")
+          .option("lookupd_http_address", lookupd).load())
+query = events.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint).start()
+query.awaitTermination()
+"""
+
+
+def event(n: int) -> bytes:
+    """One JSON event of exactly ``SIZE`` bytes."""
+    head = json.dumps({"type": TYPES[n % len(TYPES)], "n": n, "pad": ""})
+    return head.replace('"pad": ""', '"pad": "' + "x" * (SIZE - len(head)) + '"').encode()
 
 
 async def fill(address: str, messages: int) -> None:
-    body = b"x" * SIZE
     async with Producer(address) as producer:
         for start in range(0, messages, 1000):
-            await producer.multi_publish(TOPIC, [body] * min(1000, messages - start))
+            await producer.multi_publish(TOPIC, [event(n) for n in range(start, min(start + 1000, messages))])
 
 
-def stream(args: argparse.Namespace, nsqd: NSQDProcess, workdir: Path) -> None:
-    from services.pipeline.session import spark_session
+def job_command(job: str, lookupd: str, workdir: Path, extra: list[str]) -> list[str]:
+    bin_dir = Path(sys.executable).parent
+    checkpoint = f"--checkpoint-dir={workdir / 'checkpoint'}"
+    if job == "parquet":
+        return [str(bin_dir / "nsq_to_parquet"), f"--topic={TOPIC}", f"--lookupd-http-address={lookupd}",
+                f"--output-dir={workdir / 'archive'}", checkpoint, *extra]
+    if job == "counts":
+        return [str(bin_dir / "nsq_event_counts"), f"--topic={TOPIC}", "--output-topic=event_counts",
+                f"--lookupd-http-address={lookupd}", checkpoint, *extra]
+    return [sys.executable, "-c", USER_QUERY, lookupd, str(workdir / "archive"), str(workdir / "checkpoint")]
 
-    # Spark's Python workers import the project as this process does
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    spark = spark_session("local[2]", "bench-pipeline-source", {
-        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.local.dir": str(workdir / "local"),
-        "spark.driver.memory": "2g"})
-    spark.sparkContext.setLogLevel("ERROR")
+
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and every process under it (the JVM, Spark's Python workers)."""
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    total = 0.0
     try:
-        query = (spark.readStream.format("nsq").option("topic", TOPIC).option("channel", CHANNEL)
-                 .option("nsqd_tcp_address", f"127.0.0.1:{nsqd.tcp_port}")
-                 .option("max_in_flight", str(args.max_in_flight))
-                 .option("max_messages_per_batch", str(args.max_messages_per_batch)).load()
-                 .writeStream.format(args.sink).option("path", str(workdir / "parquet"))
-                 .option("checkpointLocation", str(workdir / "checkpoint"))
-                 .trigger(processingTime=args.trigger).start())
-        try:
-            report(args.messages, nsqd)
-            print(batch_sizes(query.recentProgress))
-            if args.sink == "parquet":
-                rows = spark.read.parquet(str(workdir / "parquet")).count()
-                print(f"rows in Parquet: {rows:,}")
-        finally:
-            query.stop()
-    finally:
-        spark.stop()
+        total = cpu_seconds(pid)
+    except FileNotFoundError:
+        return 0.0
+    return total + sum(process_tree_cpu(int(child)) for child in children)
 
 
-def report(messages: int, nsqd: NSQDProcess) -> None:
-    start = time.perf_counter()
-    cpu = cpu_seconds(nsqd.process.pid)
-    first_fin = None
-    while (done := finished(nsqd.channel_stats(TOPIC, CHANNEL))) < messages:
-        if done and first_fin is None:
-            first_fin = (time.perf_counter(), done)
-        time.sleep(0.05)
+def watch(nsqd: NSQDProcess, channel: str, messages: int, job: subprocess.Popen[bytes], timeout: float) -> None:
+    started = time.perf_counter()
+    nsqd_cpu = cpu_seconds(nsqd.process.pid)
+    steady_from: tuple[float, int] | None = None
+    done = 0
+    while done < messages:
+        if job.poll() is not None:
+            sys.exit(f"the job ended ({job.returncode}) with {done:,} of {messages:,} finished")
+        if time.perf_counter() - started > timeout:
+            print(f"gave up after {timeout:g}s: {done:,} of {messages:,} finished")
+            break
+        done = finished(nsqd.channel_stats(TOPIC, channel))
+        if steady_from is None and done >= messages // 10:
+            steady_from = (time.perf_counter(), done)
+        time.sleep(0.25)  # the watching takes a little of the same two cores
     end = time.perf_counter()
-    print(f"all {messages:,} FIN'd in {end - start:.1f}s: {messages / (end - start):,.0f} msg/s "
-          f"(query start and cold first batch included)")
-    if first_fin is not None and end > first_fin[0]:
-        steady = (messages - first_fin[1]) / (end - first_fin[0])
-        print(f"steady state (first FIN to last): {steady:,.0f} msg/s")
-    print(f"nsqd CPU: {(cpu_seconds(nsqd.process.pid) - cpu) / messages * 1e6:.2f} s / M msgs")
-
-
-def batch_sizes(progress: list[dict[str, Any]]) -> str:
-    """Sizes of the batches that read something, and where a batch's time goes (ms, mean of those after the
-    first, whose Python workers start cold)."""
-    batches = [entry for entry in progress if entry["numInputRows"]]
-    if not batches:
-        return "no batches"
-    sizes = [entry["numInputRows"] for entry in batches]
-    warm = batches[1:] or batches
-    phases = {phase: sum(entry["durationMs"].get(phase, 0) for entry in warm) / len(warm)
-              for phase in ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets",
-                            "triggerExecution")}
-    return (f"{len(sizes)} batches of {min(sizes):,}..{max(sizes):,} rows; per batch (ms): "
-            + ", ".join(f"{phase} {ms:.0f}" for phase, ms in phases.items()))
+    job_cpu = process_tree_cpu(job.pid)  # the JVM and Spark's Python workers live as long as the job
+    nsqd_cpu = cpu_seconds(nsqd.process.pid) - nsqd_cpu
+    print(f"{done:,} FIN'd in {end - started:.1f}s: {done / (end - started):,.0f} msg/s (the job's start included)")
+    if steady_from is not None and end > steady_from[0]:
+        steady = (done - steady_from[1]) / (end - steady_from[0])
+        print(f"steady state (10 % finished to the last): {steady:,.0f} msg/s")
+    print(f"CPU per million messages: the job {job_cpu / max(done, 1) * 1e6:.1f} s, "
+          f"nsqd {nsqd_cpu / max(done, 1) * 1e6:.1f} s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=500_000)
-    parser.add_argument("--max-in-flight", type=int, default=400_000)
-    parser.add_argument("--max-messages-per-batch", type=int, default=200_000)
-    parser.add_argument("--trigger", default="100 milliseconds", help="processingTime trigger")
-    parser.add_argument("--sink", default="parquet", choices=("parquet", "noop"),
-                        help="noop: Spark's sink that writes nothing, to see the source's own cost")
+    parser.add_argument("--job", default="parquet", choices=tuple(CHANNELS))
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--job-args", default="", help="extra flags for the job (tuned settings)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for every event")
     args = parser.parse_args()
+
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as directory:
         workdir = Path(directory)
-        (workdir / "nsqd").mkdir()
-        nsqd = start_nsqd(f"--mem-queue-size={args.messages + 1}", f"--max-rdy-count={args.max_in_flight}",
-                          data_path=workdir / "nsqd")
+        lookupd = start_lookupd()
+        nsqd = start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", data_path=workdir)
         try:
-            nsqd.http("POST", f"/topic/create?topic={TOPIC}")
-            nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}")
             started = time.perf_counter()
             asyncio.run(fill(f"127.0.0.1:{nsqd.tcp_port}", args.messages))
-            print(f"filled {args.messages:,} x {SIZE} B in {time.perf_counter() - started:.1f}s", flush=True)
-            stream(args, nsqd, workdir)
+            print(f"filled {args.messages:,} events of {SIZE} B in {time.perf_counter() - started:.1f}s "
+                  f"(nsqd at NSQ's default flags: all but 10,000 on disk)", flush=True)
+            command = job_command(args.job, f"127.0.0.1:{lookupd.http_port}", workdir, shlex.split(args.job_args))
+            print("$", shlex.join(command[:2] if args.job == "source" else command), flush=True)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+            job = subprocess.Popen(command, cwd=workdir, env=env, start_new_session=True)
+            try:
+                watch(nsqd, CHANNELS[args.job], args.messages, job, args.timeout)
+            finally:
+                job.send_signal(signal.SIGTERM)  # as Ctrl-C or docker stop would: the job stops its JVM itself
+                try:
+                    job.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(job.pid, signal.SIGKILL)
+                    job.wait()
         finally:
             nsqd.stop()
+            lookupd.stop()
 
 
 if __name__ == "__main__":

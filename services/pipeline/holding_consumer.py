@@ -3,6 +3,10 @@ itself. Every message it receives is held, un-FIN'd, until its owner calls ``fin
 messages are TOUCHed so that nsqd does not time them out. The ``nsq`` readers run it on the driver, the only place
 that learns when a write has succeeded, and FIN happens on the connection a message came on, as NSQ requires.
 
+A window larger than one connection may have (nsqd's ``--max-rdy-count``, 2500 by default) is spread over several
+connections to each nsqd: ``max_in_flight`` is shared among ``ceil(max_in_flight / 2500)`` ``Consumer``s on the same
+loop, each with a connection to every nsqd, so that a micro-batch is not limited to what one connection holds.
+
 Invariants:
 - all state lives on the loop thread; other threads act through ``_call``, which waits for the loop but holds no
   lock the loop needs, so a signal handler that interrupts a caller can still stop the consumer;
@@ -23,6 +27,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from shared.client import Consumer, Message
+from shared.client.consumer import DEFAULT_MAX_RDY_COUNT
 from shared.event_loop import new_event_loop
 
 from .options import NSQOptions
@@ -45,7 +50,7 @@ class HoldingConsumer:
         self._max_in_flight = max_in_flight or options.max_in_flight
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._consumer: Consumer | None = None
+        self._consumers: list[Consumer] = []
         self._toucher: asyncio.Task[None] | None = None
         self._held: dict[Message, float] = {}  # each held message -> loop time of its arrival or last TOUCH
         self._waiting: deque[Message] = deque()  # held and not yet taken, in arrival order
@@ -134,12 +139,14 @@ class HoldingConsumer:
         options = self._options
         self._arrival = asyncio.Event()
         # max_attempts 0: redelivery is how this source recovers, so a message is never given up on (and FIN'd)
-        self._consumer = Consumer(options.topic, options.channel, self._handle,
-                                  nsqd_tcp_addresses=options.nsqd_tcp_addresses,
-                                  lookupd_http_addresses=options.lookupd_http_addresses,
-                                  max_in_flight=self._max_in_flight, max_attempts=0,
-                                  lookupd_poll_interval=options.lookupd_poll_interval, **options.client_settings())
-        await self._consumer.start()
+        self._consumers = [Consumer(options.topic, options.channel, self._handle,
+                                    nsqd_tcp_addresses=options.nsqd_tcp_addresses,
+                                    lookupd_http_addresses=options.lookupd_http_addresses,
+                                    max_in_flight=share, max_attempts=0,
+                                    lookupd_poll_interval=options.lookupd_poll_interval, **options.client_settings())
+                           for share in connection_shares(self._max_in_flight)]
+        for consumer in self._consumers:
+            await consumer.start()
         self._toucher = asyncio.ensure_future(self._touch_held())
 
     async def _handle(self, message: Message) -> None:
@@ -153,17 +160,19 @@ class HoldingConsumer:
         self._arrival.set()
 
     async def _window(self) -> int:
-        assert self._consumer is not None
-        return self._consumer.total_rdy
+        return self._total_rdy()
+
+    def _total_rdy(self) -> int:
+        return sum(consumer.total_rdy for consumer in self._consumers)
 
     async def _take(self, limit: int | None) -> list[Message]:
         count = len(self._waiting) if limit is None else min(limit, len(self._waiting))
         return [self._waiting.popleft() for _ in range(count)]
 
     async def _collect(self, limit: int, idle_timeout: float) -> tuple[list[Message], bool]:
-        assert self._arrival is not None and self._consumer is not None
+        assert self._arrival is not None
         while not (limit and len(self._waiting) >= limit):
-            if self._waiting and self._consumer.is_starved():
+            if self._waiting and any(consumer.is_starved() for consumer in self._consumers):
                 break
             self._arrival.clear()
             try:
@@ -200,9 +209,9 @@ class HoldingConsumer:
 
     def _msg_timeout(self) -> float:
         """The shortest msg_timeout among the nsqd subscribed to (each says it in its IDENTIFY answer, in ms)."""
-        assert self._consumer is not None
-        timeouts = [float(settings["msg_timeout"]) / 1000 for address in self._consumer.connections
-                    if "msg_timeout" in (settings := self._consumer.server_settings(address))]
+        timeouts = [float(settings["msg_timeout"]) / 1000 for consumer in self._consumers
+                    for address in consumer.connections
+                    if "msg_timeout" in (settings := consumer.server_settings(address))]
         return min(timeouts, default=DEFAULT_MSG_TIMEOUT)
 
     async def _stop_consuming(self, timeout: float) -> None:
@@ -212,12 +221,12 @@ class HoldingConsumer:
         if self._toucher is not None:
             self._toucher.cancel()
             await asyncio.gather(self._toucher, return_exceptions=True)
-        if self._consumer is None:
+        if not self._consumers:
             return
-        stopping = asyncio.ensure_future(self._consumer.stop(timeout))
+        stopping = asyncio.ensure_future(asyncio.gather(*(consumer.stop(timeout) for consumer in self._consumers)))
         # stop() first sets RDY 0 everywhere; the REQs must follow it on the wire, or nsqd would hand the messages
         # straight back to this consumer (attempts + 1) instead of to another one
-        while self._consumer.total_rdy > 0 and not stopping.done():
+        while self._total_rdy() > 0 and not stopping.done():
             await asyncio.sleep(0)
         held, self._held = list(self._held), {}
         self._waiting.clear()
@@ -225,3 +234,10 @@ class HoldingConsumer:
             message.requeue(0, backoff=False)
         await stopping
 
+
+
+def connection_shares(max_in_flight: int, per_connection: int = DEFAULT_MAX_RDY_COUNT) -> list[int]:
+    """``max_in_flight`` cut into shares of at most ``per_connection``, as even as they go: one ``Consumer`` each."""
+    count = -(-max_in_flight // per_connection)
+    share, extra = divmod(max_in_flight, count)
+    return [share + (1 if index < extra else 0) for index in range(count)]

@@ -28,7 +28,7 @@ class NSQOptions:
     channel: str = ""
     lookupd_http_addresses: tuple[str, ...] = ()
     nsqd_tcp_addresses: tuple[str, ...] = ()
-    max_in_flight: int = 2500
+    max_in_flight: int = 100_000  # spread over connections of at most 2500 each (see holding_consumer)
     max_messages_per_batch: int = 100_000
     max_messages: int = 0  # batch reads: 0 = until idle
     idle_timeout: float = 2.0

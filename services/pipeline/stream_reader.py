@@ -20,11 +20,13 @@ nsqd after its msg_timeout, in a later batch. So every message is written at lea
 ``attempts`` > 1) come from batches written but not yet committed when the driver died or the query stopped
 (``transforms.for_archive`` drops them by message id).
 
-Memory and batch size: nsqd sends no more than ``max_in_flight`` un-FIN'd messages, and a batch's messages stay
-un-FIN'd until the next batch is planned, so a batch holds at most ``max_in_flight`` messages in all; a batch takes
-at most half of the window nsqd actually allows (``max_in_flight``, or less where each connection's RDY is capped by
-that nsqd's ``--max-rdy-count``, 2500 by default) and at most ``max_messages_per_batch``, so that the next batch
-fills while one is written. Raise both ``max_in_flight`` and ``--max-rdy-count`` for larger batches.
+Memory and batch size: nsqd sends no more than ``max_in_flight`` un-FIN'd messages (100,000 by default, over
+several connections per nsqd: see ``holding_consumer``), and a batch's messages stay un-FIN'd until the next batch
+is planned, so a batch holds at most ``max_in_flight`` messages in all; a batch takes at most half of the window
+nsqd actually allows (less than ``max_in_flight`` where an nsqd's ``--max-rdy-count`` is below 2500) and at most
+``max_messages_per_batch``, so that the next batch fills while one is written. A micro-batch costs Spark a fixed
+few hundred milliseconds however small it is, so the window sets the rate: with Spark's default trigger (the next
+batch as soon as one is committed) the defaults take tens of thousands of messages a second.
 
 ``query.stop()`` ends the Python process Spark runs for the source on the driver with SIGTERM, so the reader installs a SIGTERM handler that stops it (every
 message not committed is given back with REQ, no delay) before the process ends as it would have.

@@ -1,10 +1,12 @@
-"""nsq_to_parquet as a real driver process against real nsqd and nsqlookupd: 20 000 messages archived exactly once,
-also across a SIGKILL of the driver and a restart from its checkpoint."""
+"""nsq_to_parquet as a real driver process against real nsqd and nsqlookupd: 20 000 messages archived exactly once
+across a SIGKILL of the driver and a restart from its checkpoint, and across a SIGKILL of one of two nsqd and its
+restart; progress lines and /metrics along the way."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -41,9 +43,10 @@ def cluster(tmp_path: Path) -> Iterator[tuple[NSQDProcess, NSQDProcess]]:
     lookupd.stop()
 
 
-def publish(nsqd: NSQDProcess) -> None:
-    for start in range(0, MESSAGES, 1000):
-        body = b"\n".join(json.dumps({"n": n, "pad": "x" * 180}).encode() for n in range(start, start + 1000))
+def publish(nsqd: NSQDProcess, numbers: range = range(MESSAGES)) -> None:
+    for start in range(numbers.start, numbers.stop, 1000):
+        body = b"\n".join(json.dumps({"n": n, "pad": "x" * 180}).encode()
+                          for n in range(start, min(start + 1000, numbers.stop)))
         assert nsqd.http("POST", f"/mpub?topic={TOPIC}", body)[0] == 200
 
 
@@ -52,12 +55,14 @@ class Driver:
 
     def __init__(self, lookupd: NSQDProcess, tmp_path: Path) -> None:
         self.output, self.checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-        self.log = open(tmp_path / f"driver-{time.monotonic_ns()}.log", "w")
         self.http_port = free_port()
+        self.log_path = tmp_path / f"driver-{time.monotonic_ns()}.log"
+        self.log = open(self.log_path, "w")
+        # small batches, so that a kill comes in the middle of a run
         command = [sys.executable, "-m", "services.pipeline.jobs.nsq_to_parquet", f"--topic={TOPIC}",
                    f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}", f"--output-dir={self.output}",
-                   f"--checkpoint-dir={self.checkpoint}", "--master=local[2]", "--trigger-interval=1 second",
-                   "--max-messages-per-batch=2000", "--max-in-flight=5000",
+                   f"--checkpoint-dir={self.checkpoint}", "--master=local[2]", "--max-messages-per-batch=2000",
+                   "--max-in-flight=5000", "--progress-interval=1s", "--lookupd-poll-interval=1s",
                    f"--http-address=127.0.0.1:{self.http_port}"]
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
@@ -79,6 +84,11 @@ class Driver:
                 self.process.wait()
         self.log.close()
         return self.process.returncode
+
+
+    def progress_lines(self) -> list[str]:
+        return [line for line in self.log_path.read_text().splitlines() if line.startswith("nsq_to_parquet: ")
+                and "msg/s" in line]
 
 
 def free_port() -> int:
@@ -125,9 +135,17 @@ def test_archives_every_message_exactly_once_across_a_driver_kill(
         wait_for(lambda: (lambda c: c["depth"] == 0 and c["in_flight_count"] == 0)(channel_stats(nsqd)), 30,
                  "channel drained", interval=0.5)
         assert driver.get("/ping") == (200, "OK")
+        # the next progress sample sees the drained channel
+        wait_for(lambda: re.search(r"backlog in nsqd 0; last batch [\d,]+ messages in [\d.]+s$",
+                                   (driver.progress_lines() or [""])[-1]), 10, "a progress line", interval=0.5)
         status, metrics = driver.get("/metrics")
         assert status == 200 and metric(metrics, "nsq_pipeline_query_active") == 1
         assert 0 < metric(metrics, "nsq_pipeline_input_rows_total") <= MESSAGES
+        assert metric(metrics, "nsq_pipeline_backlog_messages") == 0
+        assert 0 < metric(metrics, "nsq_pipeline_batch_messages") <= 2000
+        assert metric(metrics, "nsq_pipeline_batch_duration_seconds") > 0
+        rates = [float(line.split(" msg/s")[0].split()[-1].replace(",", "")) for line in driver.progress_lines()]
+        assert max(rates) > 0
     finally:
         assert driver.stop(signal.SIGTERM) is not None
     ids = archived_ids(spark, driver.output)
@@ -136,3 +154,52 @@ def test_archives_every_message_exactly_once_across_a_driver_kill(
     partitions = {path.relative_to(driver.output).parts[:3] for path in driver.output.rglob("*.parquet")}
     assert all(part[0] == f"topic={TOPIC}" and part[1].startswith("date=") and part[2].startswith("hour=")
                for part in partitions)
+
+
+@pytest.mark.timeout(300)
+def test_nothing_finished_is_lost_when_an_nsqd_is_killed(spark: SparkSession, tmp_path: Path) -> None:
+    """One of two nsqd dies by SIGKILL in the middle of the run and comes back on its data: the job goes on with
+    the other, takes the restarted one up again, and archives each message once. nsqd keeps what is in flight in
+    memory (as NSQ does), so only what the job held from the killed nsqd may be gone; everything it FIN'd is
+    archived, because FIN only follows the commit."""
+    lookupd = start_lookupd()
+    survivor_path, killed_path = tmp_path / "survivor", tmp_path / "killed"
+    survivor_path.mkdir()
+    killed_path.mkdir()
+    registered = (f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", "--msg-timeout=4s")
+    # every message on disk, synced as it is written: all that the killed nsqd acknowledged outlives it
+    durable = ("--mem-queue-size=0", "--sync-every=1")
+    survivor = start_nsqd(*registered, data_path=survivor_path)
+    killed = start_nsqd(*registered, *durable, data_path=killed_path)
+    half = MESSAGES // 2
+    driver: Driver | None = None
+    try:
+        publish(survivor, range(half))
+        publish(killed, range(half, MESSAGES))
+        driver = Driver(lookupd, tmp_path)
+        wait_for(lambda: finished(channel_stats(killed)) >= 2000, 120, "batches from the nsqd to kill", interval=0.2)
+        before = channel_stats(killed)
+        killed.stop(signal.SIGKILL)
+        assert finished(before) < half, "killed too late to test anything"
+
+        # the job goes on with the survivor, then with the nsqd restarted on the same data path and port
+        wait_for(lambda: finished(channel_stats(survivor)) == half, 120, "the survivor's messages archived",
+                 interval=0.5)
+        assert driver.get("/ping") == (200, "OK")
+        # on another port: lookupd tells the job where
+        killed = start_nsqd(*registered, *durable, data_path=killed_path)
+        wait_for(lambda: (lambda c: c and c["depth"] == 0 and c["in_flight_count"] == 0)(channel_stats(killed)),
+                 120, "the restarted nsqd's messages archived", interval=0.5)
+        wait_for(lambda: channel_stats(survivor)["in_flight_count"] == 0, 30, "the last batch committed")
+    finally:
+        stopped = driver.stop(signal.SIGTERM) if driver is not None else 0
+        killed.stop()
+        survivor.stop()
+        lookupd.stop()
+    assert stopped is not None
+    ids = archived_ids(spark, driver.output)
+    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicates"
+    assert set(range(half)) <= set(ids), "a message of the nsqd that stayed up is missing"
+    lost = set(range(half, MESSAGES)) - set(ids)
+    # only what was in flight to the job when nsqd died can be gone: never what it had FIN'd, nor what was queued
+    assert len(lost) <= before["in_flight_count"], f"{len(lost)} lost, {before['in_flight_count']} were in flight"

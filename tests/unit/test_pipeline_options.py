@@ -12,7 +12,7 @@ from services.pipeline.options import OptionError, parse_options
 def test_defaults_and_lists() -> None:
     options = parse_options({"topic": "events", "lookupd_http_address": "a:4161, b:4161"})
     assert options.lookupd_http_addresses == ("a:4161", "b:4161")
-    assert (options.max_in_flight, options.max_messages_per_batch, options.mpub_chunk) == (2500, 100_000, 500)
+    assert (options.max_in_flight, options.max_messages_per_batch, options.mpub_chunk) == (100_000, 100_000, 500)
     assert options.client_settings() == {}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from services.pipeline.jobs import add_common_arguments, addresses, run, source_options
+from services.pipeline.jobs import add_common_arguments, addresses, run, source_options, with_trigger
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -26,7 +26,6 @@ def parser() -> argparse.ArgumentParser:
     add_common_arguments(parser, channel="nsq_event_counts")
     parser.add_argument("--window", default="1 minute", help="window length")
     parser.add_argument("--watermark", default="1 minute", help="how late an event may come")
-    parser.add_argument("--trigger-interval", default="5 seconds", help="how often counts are updated")
     parser.add_argument("--output-mode", default="update", choices=("update", "append"),
                         help="update: a window's count whenever it changes; append: once, after the watermark")
     return parser
@@ -44,15 +43,15 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
         sink = batch.write.format("nsq").option("topic", args.output_topic).options(**addresses(args))
         sink.mode("append").save()
 
-    return (counts.writeStream.foreachBatch(publish).option("checkpointLocation", args.checkpoint_dir)
-            .outputMode(args.output_mode).trigger(processingTime=args.trigger_interval).queryName("nsq_event_counts")
-            .start())
+    writer = (counts.writeStream.foreachBatch(publish).option("checkpointLocation", args.checkpoint_dir)
+              .outputMode(args.output_mode))
+    return with_trigger(writer, args).queryName("nsq_event_counts").start()
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     run("nsq_event_counts", args, start,
-        f"counting {args.topic} (channel {args.channel}) into topic {args.output_topic}")
+        f"counting {args.topic} (channel {args.channel}) into topic {args.output_topic}", [args.topic])
 
 
 if __name__ == "__main__":

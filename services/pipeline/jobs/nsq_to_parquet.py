@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from services.pipeline.jobs import add_common_arguments, run, source_options
+from services.pipeline.jobs import add_common_arguments, run, source_options, with_trigger
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -26,17 +26,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--topic", action="append", required=True, help="topic to archive (repeatable)")
     add_common_arguments(parser, channel="nsq_to_parquet")
     parser.add_argument("--output-dir", required=True, help="where the Parquet files go")
-    parser.add_argument("--trigger-interval", default="10 seconds", help="how often a batch is written")
     parser.add_argument("--watermark", default="10 minutes", help="how long duplicates are looked for")
-    parser.add_argument("--max-in-flight", type=int, default=20_000)
-    parser.add_argument("--max-messages-per-batch", type=int, default=10_000)
     return parser
 
 
 def messages(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    sizes = {"max_in_flight": str(args.max_in_flight), "max_messages_per_batch": str(args.max_messages_per_batch)}
-    frames = [spark.readStream.format("nsq").options(**source_options(args, topic), **sizes).load()
-              for topic in args.topic]
+    frames = [spark.readStream.format("nsq").options(**source_options(args, topic)).load() for topic in args.topic]
     combined = frames[0]
     for frame in frames[1:]:
         combined = combined.unionByName(frame)
@@ -47,15 +42,15 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     from services.pipeline.transforms import for_archive
 
     archive = for_archive(messages(spark, args), args.watermark)
-    return (archive.writeStream.format("parquet").option("path", args.output_dir)
-            .option("checkpointLocation", args.checkpoint_dir).partitionBy("topic", "date", "hour")
-            .trigger(processingTime=args.trigger_interval).queryName("nsq_to_parquet").start())
+    writer = (archive.writeStream.format("parquet").option("path", args.output_dir)
+              .option("checkpointLocation", args.checkpoint_dir).partitionBy("topic", "date", "hour"))
+    return with_trigger(writer, args).queryName("nsq_to_parquet").start()
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     run("nsq_to_parquet", args, start,
-        f"archiving {', '.join(args.topic)} (channel {args.channel}) into {args.output_dir}")
+        f"archiving {', '.join(args.topic)} (channel {args.channel}) into {args.output_dir}", args.topic)
 
 
 if __name__ == "__main__":
