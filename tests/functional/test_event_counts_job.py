@@ -38,10 +38,10 @@ def totals(counts: list[dict[str, Any]]) -> dict[str | None, int]:
     return dict(per_type)
 
 
-async def published_totals(nsqd: NSQDProcess, expected: dict[str | None, int],
-                           running: Callable[[], bool]) -> dict[str | None, int]:
-    """The totals the output topic's messages add up to, once they are ``expected`` (or after 60 s, or when the
-    query is no longer ``running``)."""
+async def published_totals(nsqd: NSQDProcess, expected: dict[str | None, int], running: Callable[[], bool],
+                           timeout: float = 60) -> dict[str | None, int]:
+    """The totals the output topic's messages add up to, once they are ``expected`` (or after ``timeout`` s, or
+    when the query is no longer ``running``)."""
     received: list[dict[str, Any]] = []
 
     async def handle(message: Message) -> None:
@@ -49,7 +49,7 @@ async def published_totals(nsqd: NSQDProcess, expected: dict[str | None, int],
 
     consumer = Consumer("event_counts", "check", handle, nsqd_tcp_addresses=[f"127.0.0.1:{nsqd.tcp_port}"])
     await consumer.start()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     while totals(received) != expected and time.monotonic() < deadline and running():
         await asyncio.sleep(0.1)
     await consumer.stop()

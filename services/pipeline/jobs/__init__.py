@@ -4,6 +4,7 @@ command line (where NSQ is, the Spark master, the HTTP endpoint) is declared her
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, channel: str) -> None:
     parser.add_argument("--lookupd-poll-interval", type=parse_duration, default=60.0,
                         help="how often lookupd is asked for the topic's nsqd (Go duration, default 1m)")
     parser.add_argument("--checkpoint-dir", required=True, help="Spark's checkpoint for this query")
-    parser.add_argument("--master", default="local[*]", help="Spark master ('' to take spark-submit's)")
+    # under spark-submit (which starts the JVM before this process), its --master holds
+    parser.add_argument("--master", default="" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[*]",
+                        help="Spark master (default: spark-submit's --master, or local[*] when run directly)")
     parser.add_argument("--http-address", default="",
                         help="<addr>:<port> to serve /ping and /metrics on (default: none)")
     parser.add_argument("--max-in-flight", type=int, default=None,
