@@ -58,6 +58,9 @@ class SparkCluster:
         with open(log, "wb") as out:
             return subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=spark_env())
 
+    def worker_logs(self) -> list[Path]:
+        return sorted(self.workdir.glob("worker*.log"))
+
     def stop(self) -> None:
         for process in reversed(self.processes):
             process.terminate()

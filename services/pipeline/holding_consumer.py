@@ -3,9 +3,10 @@ itself. Every message it receives is held, un-FIN'd, until its owner calls ``fin
 messages are TOUCHed so that nsqd does not time them out. The ``nsq`` readers run it on the driver, the only place
 that learns when a write has succeeded, and FIN happens on the connection a message came on, as NSQ requires.
 
-A window larger than one connection may have (nsqd's ``--max-rdy-count``, 2500 by default) is spread over several
-connections to each nsqd: ``max_in_flight`` is shared among ``ceil(max_in_flight / 2500)`` ``Consumer``s on the same
-loop, each with a connection to every nsqd, so that a micro-batch is not limited to what one connection holds.
+The window (``window.WindowSizer``: ``max_in_flight``, and no more than ``max_bytes_in_flight`` of bodies) is larger
+than one connection may have (nsqd's ``--max-rdy-count``, 2500 by default), so it is shared among
+``ceil(max_in_flight / 2500)`` ``Consumer``s on the same loop, each with a connection to every nsqd: a micro-batch
+is not limited to what one connection holds.
 
 Invariants:
 - all state lives on the loop thread; other threads act through ``_call``, which waits for the loop but holds no
@@ -27,10 +28,10 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from shared.client import Consumer, Message
-from shared.client.consumer import DEFAULT_MAX_RDY_COUNT
 from shared.event_loop import new_event_loop
 
 from .options import NSQOptions
+from .window import WindowSizer, connection_sets, shares
 
 log = logging.getLogger("nsq.pipeline")
 
@@ -48,6 +49,7 @@ class HoldingConsumer:
     def __init__(self, options: NSQOptions, *, max_in_flight: int | None = None) -> None:
         self._options = options
         self._max_in_flight = max_in_flight or options.max_in_flight
+        self._sizer = WindowSizer(self._max_in_flight, options.max_bytes_in_flight)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._consumers: list[Consumer] = []
@@ -142,9 +144,10 @@ class HoldingConsumer:
         self._consumers = [Consumer(options.topic, options.channel, self._handle,
                                     nsqd_tcp_addresses=options.nsqd_tcp_addresses,
                                     lookupd_http_addresses=options.lookupd_http_addresses,
-                                    max_in_flight=share, max_attempts=0,
+                                    max_in_flight=1, max_attempts=0,
                                     lookupd_poll_interval=options.lookupd_poll_interval, **options.client_settings())
-                           for share in connection_shares(self._max_in_flight)]
+                           for _ in range(connection_sets(self._max_in_flight))]
+        self._resize(self._sizer.window)
         for consumer in self._consumers:
             await consumer.start()
         self._toucher = asyncio.ensure_future(self._touch_held())
@@ -158,6 +161,12 @@ class HoldingConsumer:
         self._waiting.append(message)
         assert self._arrival is not None
         self._arrival.set()
+        if (window := self._sizer.observe(len(message.body))) is not None:
+            self._resize(window)
+
+    def _resize(self, window: int) -> None:
+        for consumer, share in zip(self._consumers, shares(window, len(self._consumers))):
+            consumer.change_max_in_flight(share)
 
     async def _window(self) -> int:
         return self._total_rdy()
@@ -235,9 +244,3 @@ class HoldingConsumer:
         await stopping
 
 
-
-def connection_shares(max_in_flight: int, per_connection: int = DEFAULT_MAX_RDY_COUNT) -> list[int]:
-    """``max_in_flight`` cut into shares of at most ``per_connection``, as even as they go: one ``Consumer`` each."""
-    count = -(-max_in_flight // per_connection)
-    share, extra = divmod(max_in_flight, count)
-    return [share + (1 if index < extra else 0) for index in range(count)]

@@ -1,7 +1,8 @@
 """The ``nsq`` data source's options, as Spark hands them over (strings, case-insensitive keys), checked once.
 
 Options: ``topic``, ``channel``, ``lookupd_http_address`` and/or ``nsqd_tcp_address`` (comma-separated lists),
-``max_in_flight``, ``max_messages_per_batch``, ``idle_timeout`` (seconds, batch reads), ``max_messages`` (batch
+``max_in_flight`` (messages held un-FIN'd, 100,000), ``max_bytes_in_flight`` (of their bodies, 64 MiB),
+``max_messages_per_batch``, ``idle_timeout`` (seconds, batch reads), ``max_messages`` (batch
 reads), ``lookupd_poll_interval`` (seconds between lookupd queries while reading), ``tls`` (``true``) with
 ``tls_ca_file``, ``snappy``/``deflate`` (``true``), ``auth_secret``, and for writing ``mpub_chunk`` (messages per
 MPUB), ``connect_timeout`` (seconds: the lookupd request, and connecting to and identifying with an nsqd) and
@@ -28,7 +29,8 @@ class NSQOptions:
     channel: str = ""
     lookupd_http_addresses: tuple[str, ...] = ()
     nsqd_tcp_addresses: tuple[str, ...] = ()
-    max_in_flight: int = 100_000  # spread over connections of at most 2500 each (see holding_consumer)
+    max_in_flight: int = 100_000  # spread over connections of at most 2500 each (see window)
+    max_bytes_in_flight: int = 64 * 1024 * 1024
     max_messages_per_batch: int = 100_000
     max_messages: int = 0  # batch reads: 0 = until idle
     idle_timeout: float = 2.0
@@ -57,7 +59,7 @@ class NSQOptions:
         return settings
 
 
-_INTS = ("max_in_flight", "max_messages_per_batch", "max_messages", "mpub_chunk")
+_INTS = ("max_in_flight", "max_bytes_in_flight", "max_messages_per_batch", "max_messages", "mpub_chunk")
 _FLOATS = ("idle_timeout", "lookupd_poll_interval", "connect_timeout", "publish_timeout")
 _BOOLS = ("tls", "snappy", "deflate")
 

@@ -200,6 +200,14 @@ class Consumer:
         (85 % of its RDY): a batching consumer should process its batch now rather than wait for more."""
         return any(0 < conn.in_flight - conn.queued >= conn.rdy * 0.85 for conn in self._connections.values())
 
+    def change_max_in_flight(self, max_in_flight: int) -> None:
+        """A new ``max_in_flight``, spread over the connections at once (0 pauses: RDY 0 everywhere); what is
+        already in flight beyond it stays until answered. Call it on the consumer's event loop."""
+        if max_in_flight < 0:
+            raise ValueError("max_in_flight cannot be negative")
+        self.max_in_flight = max_in_flight
+        self._rebalance()
+
     def requeue_delay_for(self, attempts: int) -> float:
         return min(self.requeue_delay * attempts, self.max_requeue_delay)
 

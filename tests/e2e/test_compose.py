@@ -210,6 +210,24 @@ def test_the_cluster_in_compose(docker: Docker) -> None:
              == len(events), 180, "the pipeline's Parquet", interval=3)
     timings["pipeline archived"] = time.monotonic() - started
 
+    # --profile spark: the same job submitted to a Spark master and worker, archiving what comes after it started
+    started = time.monotonic()
+    spark = ("spark-master", "spark-worker", "pipeline-cluster")
+    docker.compose("--profile", "spark", "up", "--detach", "--wait", "--wait-timeout", "300", *spark, timeout=400)
+    timings["spark profile up"] = time.monotonic() - started
+    # its channel is new: only what is published once it exists reaches it
+    wait_for(lambda: channel_depth(4151, "events", "nsq_to_parquet_cluster") is not None, 120,
+             "the cluster pipeline subscribed")
+    later = [json.dumps({"n": number}).encode() for number in range(30, 50)]
+    assert http("http://127.0.0.1:4151/mpub?topic=events", b"\n".join(later))[0] == 200
+    count_cluster_rows = count_rows.replace("/data/pipeline/archive", "/data/pipeline/cluster-archive")
+    wait_for(lambda: int(docker.compose("exec", "-T", "pipeline-cluster", "python3", "-c", count_cluster_rows)
+                         .strip() or 0) == len(later), 180, "the cluster pipeline's Parquet", interval=3)
+    workers = docker.compose("logs", "spark-worker")
+    assert "Asked to launch executor" in workers  # the work ran on the worker, not in the driver
+    docker.compose("--profile", "spark", "rm", "--stop", "--force", *spark, timeout=120)
+    timings["spark profile archived"] = time.monotonic() - started
+
     # down and up again: nsqd wrote its memory queue to its volume on SIGTERM
     assert http("http://127.0.0.1:4151/topic/create?topic=kept", b"")[0] == 200
     assert http("http://127.0.0.1:4151/channel/create?topic=kept&channel=later", b"")[0] == 200

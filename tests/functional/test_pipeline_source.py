@@ -191,3 +191,31 @@ def test_batch_reads(spark: SparkSession, nsqd_factory: Callable[..., NSQDProces
     written = spark.read.parquet(str(tmp_path / "one"), str(tmp_path / "rest")).collect()
     assert sorted(bytes(row.body) for row in written) == sent
     assert min(row.attempts for row in written) >= 2  # every one was peeked first
+
+
+def test_large_messages_are_held_within_max_bytes_in_flight(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    """The default window is 100,000 messages; of 100 KiB messages the source holds only what fits in
+    ``max_bytes_in_flight`` (1 MiB here: 10), over its many connections."""
+    from services.pipeline.holding_consumer import HoldingConsumer
+    from services.pipeline.options import parse_options
+
+    nsqd = nsqd_factory()
+    sent = [b"%03d" % index + b"x" * (100 * 1024 - 3) for index in range(60)]
+    publish(nsqd, sent, chunk=20)
+    consumer = HoldingConsumer(parse_options({"topic": TOPIC, "channel": CHANNEL, "max_bytes_in_flight": str(1 << 20),
+                                              "nsqd_tcp_address": f"127.0.0.1:{nsqd.tcp_port}"}, need_channel=True))
+    consumer.start()
+    try:
+        wait_for(lambda: channel_stats(nsqd).get("client_count") == 40, 10, "40 connections")
+        wait_for(lambda: consumer.window() == 10, 10, "the window fitted to the bytes")
+        held = wait_for(lambda: (lambda count: count if count == 10 else 0)(channel_stats(nsqd)["in_flight_count"]),
+                        10, "the window filled")
+        taken = consumer.take()
+        assert held == len(taken) == 10 and channel_stats(nsqd)["in_flight_count"] == 10  # no more came
+        consumer.finish(taken)
+        wait_for(lambda: finished(channel_stats(nsqd)) == 10 and channel_stats(nsqd)["in_flight_count"] == 10, 10,
+                 "the next ten, and no more")
+    finally:
+        consumer.stop()
+    stats = channel_stats(nsqd)
+    assert (stats["depth"], stats["in_flight_count"], finished(stats)) == (50, 0, 10)  # the rest given back

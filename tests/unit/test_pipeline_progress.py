@@ -1,11 +1,10 @@
-"""The pipeline's pure pieces of progress reporting and of its consumer: batches counted once from repeated
-progress reports, the progress line, and max_in_flight cut into connection-sized shares."""
+"""The pure pieces of a job's progress reporting: batches counted once from repeated progress reports, and the
+progress line."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from services.pipeline.holding_consumer import connection_shares
 from services.pipeline.progress import BatchCounter, Sample
 
 
@@ -39,13 +38,3 @@ def test_the_progress_line() -> None:
                                              "250,000; last batch 50,000 messages in 1.23s")
     assert Sample(0.0, 0).line("job") == "job: 0 msg/s, 0 in all; backlog in nsqd unknown; no batch yet"
 
-
-def test_connection_shares() -> None:
-    assert connection_shares(100_000) == [2500] * 40
-    assert connection_shares(2500) == [2500]
-    assert connection_shares(1) == [1]
-    assert connection_shares(5001) == [1667, 1667, 1667]
-    assert connection_shares(7000, per_connection=2000) == [1750] * 4
-    for total in (1, 2499, 2501, 12_345, 99_999):
-        shares = connection_shares(total)
-        assert sum(shares) == total and max(shares) <= 2500 and max(shares) - min(shares) <= 1

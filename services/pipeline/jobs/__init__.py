@@ -35,6 +35,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, channel: str) -> None:
                              "(default: the nsq source's)")
     parser.add_argument("--max-messages-per-batch", type=int, default=None,
                         help="messages per micro-batch at most (default: the nsq source's)")
+    parser.add_argument("--log-level", default="WARN", type=str.upper,
+                        choices=("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"),
+                        help="Spark's log level (default WARN: at INFO Spark logs every step of every micro-batch)")
     parser.add_argument("--progress-interval", type=parse_duration, default=10.0,
                         help="how often a progress line is printed (Go duration, default 10s; 0: never)")
     parser.add_argument("--trigger-interval", default="",
@@ -73,7 +76,9 @@ def run(name: str, args: argparse.Namespace, start: Callable[[SparkSession, argp
     from services.pipeline.progress import ChannelBacklog
     from services.pipeline.session import run_until_stopped, spark_session
 
-    query = start(spark_session(args.master, name), args)
+    spark = spark_session(args.master, name)
+    spark.sparkContext.setLogLevel(args.log_level)
+    query = start(spark, args)
     print(f"{name}: {what}", flush=True)
     backlog = ChannelBacklog(topics, args.channel, args.lookupd_http_address, args.nsqd_http_address)
     run_until_stopped(query, args.http_address, backlog=backlog, progress_interval=args.progress_interval)
