@@ -242,5 +242,3 @@ class HoldingConsumer:
         for message in held:
             message.requeue(0, backoff=False)
         await stopping
-
-
