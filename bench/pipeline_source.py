@@ -1,8 +1,8 @@
 """The pipeline's consuming side as users run it: ``.venv/bin/python -m bench.pipeline_source [--job parquet]``.
 
-Starts nsqlookupd and one nsqd at NSQ's default flags (nsqd registered with the lookupd), publishes ``--messages``
-200-byte JSON events (``{"type": ..., "n": ..., "pad": ...}``) to a topic in MPUBs of 1000, so that all but the
-first 10,000 wait on disk (``--mem-queue-size``), then starts one of these, with its own defaults, on ``local[*]``
+Starts nsqlookupd and ``--nsqd`` nsqd (1) at NSQ's default flags, registered with the lookupd, publishes
+``--messages`` 200-byte JSON events (``{"type": ..., "n": ..., "pad": ...}``) to a topic, spread over the nsqd, in
+MPUBs of 1000, so that all but the first 10,000 on each wait on disk (``--mem-queue-size``), then starts one of these, with its own defaults, on ``local[*]``
 as a separate process and watches nsqd's channel until every event is FIN'd (written and committed):
 
 - ``parquet``: ``nsq_to_parquet --topic=... --lookupd-http-address=... --output-dir=... --checkpoint-dir=...``;
@@ -58,10 +58,10 @@ def event(n: int) -> bytes:
     return head.replace('"pad": ""', '"pad": "' + "x" * (SIZE - len(head)) + '"').encode()
 
 
-async def fill(address: str, messages: int) -> None:
+async def fill(address: str, numbers: range) -> None:
     async with Producer(address) as producer:
-        for start in range(0, messages, 1000):
-            await producer.multi_publish(TOPIC, [event(n) for n in range(start, min(start + 1000, messages))])
+        for start in range(numbers.start, numbers.stop, 1000):
+            await producer.multi_publish(TOPIC, [event(n) for n in range(start, min(start + 1000, numbers.stop))])
 
 
 def job_command(job: str, lookupd: str, workdir: Path, extra: list[str]) -> list[str]:
@@ -87,9 +87,10 @@ def process_tree_cpu(pid: int) -> float:
     return total + sum(process_tree_cpu(int(child)) for child in children)
 
 
-def watch(nsqd: NSQDProcess, channel: str, messages: int, job: subprocess.Popen[bytes], timeout: float) -> None:
+def watch(nodes: list[NSQDProcess], channel: str, messages: int, job: subprocess.Popen[bytes],
+          timeout: float) -> None:
     started = time.perf_counter()
-    nsqd_cpu = cpu_seconds(nsqd.process.pid)
+    nsqd_cpu = sum(cpu_seconds(nsqd.process.pid) for nsqd in nodes)
     steady_from: tuple[float, int] | None = None
     done = 0
     while done < messages:
@@ -98,13 +99,13 @@ def watch(nsqd: NSQDProcess, channel: str, messages: int, job: subprocess.Popen[
         if time.perf_counter() - started > timeout:
             print(f"gave up after {timeout:g}s: {done:,} of {messages:,} finished")
             break
-        done = finished(nsqd.channel_stats(TOPIC, channel))
+        done = sum(finished(nsqd.channel_stats(TOPIC, channel)) for nsqd in nodes)
         if steady_from is None and done >= messages // 10:
             steady_from = (time.perf_counter(), done)
         time.sleep(0.25)  # the watching takes a little of the same two cores
     end = time.perf_counter()
     job_cpu = process_tree_cpu(job.pid)  # the JVM and Spark's Python workers live as long as the job
-    nsqd_cpu = cpu_seconds(nsqd.process.pid) - nsqd_cpu
+    nsqd_cpu = sum(cpu_seconds(nsqd.process.pid) for nsqd in nodes) - nsqd_cpu
     print(f"{done:,} FIN'd in {end - started:.1f}s: {done / (end - started):,.0f} msg/s (the job's start included)")
     if steady_from is not None and end > steady_from[0]:
         steady = (done - steady_from[1]) / (end - steady_from[0])
@@ -117,6 +118,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--job", default="parquet", choices=tuple(CHANNELS))
     parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--nsqd", type=int, default=1, help="how many nsqd the events are spread over")
     parser.add_argument("--job-args", default="", help="extra flags for the job (tuned settings)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for every event")
     args = parser.parse_args()
@@ -124,18 +126,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as directory:
         workdir = Path(directory)
         lookupd = start_lookupd()
-        nsqd = start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", data_path=workdir)
+        nodes: list[NSQDProcess] = []
         try:
+            for index in range(args.nsqd):
+                (workdir / f"nsqd{index}").mkdir()
+                nodes.append(start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}",
+                                        data_path=workdir / f"nsqd{index}"))
             started = time.perf_counter()
-            asyncio.run(fill(f"127.0.0.1:{nsqd.tcp_port}", args.messages))
-            print(f"filled {args.messages:,} events of {SIZE} B in {time.perf_counter() - started:.1f}s "
-                  f"(nsqd at NSQ's default flags: all but 10,000 on disk)", flush=True)
+            for index, nsqd in enumerate(nodes):
+                share = range(args.messages * index // args.nsqd, args.messages * (index + 1) // args.nsqd)
+                asyncio.run(fill(f"127.0.0.1:{nsqd.tcp_port}", share))
+            print(f"filled {args.messages:,} events of {SIZE} B over {args.nsqd} nsqd in "
+                  f"{time.perf_counter() - started:.1f}s (NSQ's default flags: all but 10,000 each on disk)",
+                  flush=True)
             command = job_command(args.job, f"127.0.0.1:{lookupd.http_port}", workdir, shlex.split(args.job_args))
             print("$", shlex.join(command[:2] if args.job == "source" else command), flush=True)
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             job = subprocess.Popen(command, cwd=workdir, env=env, start_new_session=True)
             try:
-                watch(nsqd, CHANNELS[args.job], args.messages, job, args.timeout)
+                watch(nodes, CHANNELS[args.job], args.messages, job, args.timeout)
             finally:
                 job.send_signal(signal.SIGTERM)  # as Ctrl-C or docker stop would: the job stops its JVM itself
                 try:
@@ -144,7 +153,8 @@ def main() -> None:
                     os.killpg(job.pid, signal.SIGKILL)
                     job.wait()
         finally:
-            nsqd.stop()
+            for nsqd in nodes:
+                nsqd.stop()
             lookupd.stop()
 
 
