@@ -31,7 +31,7 @@ class Options(ProgramOptions):
     acl_http_header: str = option("X-Forwarded-User", "HTTP header to check for authenticated admin users")
     admin_users: list[str] = option([], "admin user (may be given multiple times; if specified, only these users "
                                         "will be able to perform privileged actions)", flag="admin-user")
-    data_path: str = option("", "path to store the history and audit database (default: current directory)")
+    data_path: str = option("", "path to store the history and audit database, created if missing (default: current directory)")
     history_interval: float = option(10.0, "how often to sample topic and channel counters for the charts "
                                            "(0 to disable)", kind="duration")
     history_retention: float = option(7 * 24 * 3600.0, "how long to keep samples and audit entries",

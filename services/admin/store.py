@@ -8,6 +8,7 @@ schema version; a file from a newer admin is refused rather than guessed at.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 
@@ -43,11 +44,20 @@ CREATE INDEX IF NOT EXISTS audit_ts ON audit (ts);
 
 
 class StoreError(Exception):
-    """The store file cannot be used: not an SQLite database, unreadable, or written by a newer schema."""
+    """The store file cannot be used: not an SQLite database, unreadable, in a directory that cannot be made, or
+    written by a newer schema."""
 
 
 async def open_store(path: str) -> aiosqlite.Connection:
-    """Opens (creating if missing) the store at ``path`` with its schema in place. The caller closes it."""
+    """Opens (creating it, and the directories above it, if missing) the store at ``path`` with its schema in
+    place. The caller closes it."""
+    directory = os.path.dirname(path) or "."
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise StoreError(f"cannot open {path}: {directory} is not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create {directory} for {path}: {exc.strerror or exc}") from exc
     connection = aiosqlite.connect(path)
     try:
         await connection

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -100,11 +101,6 @@ async def test_a_garbage_file_is_a_store_error(tmp_path: Path) -> None:
         await open_store(str(path))
 
 
-async def test_a_missing_directory_is_a_store_error(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="cannot open .*missing"):
-        await open_store(str(tmp_path / "missing" / "admin.db"))
-
-
 async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "admin.db"
     with sqlite3.connect(path) as connection:
@@ -112,3 +108,20 @@ async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     connection.close()
     with pytest.raises(StoreError, match="newer"):
         await open_store(str(path))
+
+
+async def test_a_missing_data_path_is_created(tmp_path: Path) -> None:
+    path = tmp_path / "not" / "yet" / "nsqadmin.db"
+    connection = await open_store(str(path))
+    await connection.close()
+    assert path.is_file()
+
+
+async def test_a_data_path_that_cannot_be_created_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("in the way")
+    with pytest.raises(StoreError, match=r"cannot open .*a-file/nsqadmin.db: .*a-file is not a directory"):
+        await open_store(str(tmp_path / "a-file" / "nsqadmin.db"))
+    (tmp_path / "locked").mkdir(mode=0o500)
+    if os.geteuid() != 0:  # root creates directories anywhere
+        with pytest.raises(StoreError, match=r"cannot create .*locked/sub for .*: Permission denied"):
+            await open_store(str(tmp_path / "locked" / "sub" / "nsqadmin.db"))
