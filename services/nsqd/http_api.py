@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from shared.http_conventions import HTTPError, parse_bool
@@ -52,6 +53,19 @@ def tls_required(nsqd: NSQD) -> Response:
 
 def _json(document: object) -> Response:
     return json_response(json.dumps(document, separators=(",", ":")))
+
+
+def _once_started(topic: Topic, response: Response) -> Response | Awaitable[Response]:
+    """``response`` once the topic has started: as NSQ answers the request that created a topic only after the
+    channels lookupd knows for it exist, so that what it published reaches every one of them."""
+    if topic.started:
+        return response
+
+    async def later() -> Response:
+        await topic.until_started()
+        return response
+
+    return later()
 
 
 def _topic_name(request: Request, invalid_code: str = "INVALID_TOPIC") -> str:
@@ -135,7 +149,7 @@ class _API:
 
     # -- publishing ----------------------------------------------------------------------------------------
 
-    def _publish(self, topic: Topic, bodies: list[bytes], defer_ms: int = 0) -> Response:
+    def _publish(self, topic: Topic, bodies: list[bytes], defer_ms: int = 0) -> Response | Awaitable[Response]:
         try:
             topic.publish(bodies, defer_ms)
         except TopicError as error:
@@ -143,9 +157,9 @@ class _API:
                 raise HTTPError(503, "EXITING") from None
             log.error("failed to publish to topic(%s) - %s", topic.name, error)
             raise HTTPError(500, "INTERNAL_ERROR") from None  # the disk refused it
-        return _OK
+        return _once_started(topic, _OK)
 
-    def pub(self, request: Request) -> Response:
+    def pub(self, request: Request) -> Response | Awaitable[Response]:
         body = _body(request, "MSG_TOO_BIG")
         if not body:
             raise HTTPError(400, "MSG_EMPTY")
@@ -163,7 +177,7 @@ class _API:
                 raise HTTPError(400, "INVALID_DEFER")
         return self._publish(topic, [body], defer_ms)
 
-    def mpub(self, request: Request) -> Response:
+    def mpub(self, request: Request) -> Response | Awaitable[Response]:
         opts = self.opts
         if request.content_length is not None and request.content_length > opts.max_body_size:
             raise HTTPError(413, "BODY_TOO_BIG")
@@ -196,9 +210,8 @@ class _API:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
         return self._existing_topic(name)
 
-    def topic_create(self, request: Request) -> Response:
-        self.nsqd.get_topic(_topic_name(request))
-        return _EMPTY
+    def topic_create(self, request: Request) -> Response | Awaitable[Response]:
+        return _once_started(self.nsqd.get_topic(_topic_name(request)), _EMPTY)
 
     def topic_delete(self, request: Request) -> Response:
         self.nsqd.delete_topic(self._named_topic(request).name)

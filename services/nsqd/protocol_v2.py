@@ -27,7 +27,10 @@ from shared.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, HEARTBEAT, MAGI
 from . import identify
 from .channel import Channel, ChannelError
 from .client import STATE_CLOSING, STATE_DISCONNECTED, STATE_INIT, STATE_SUBSCRIBED, Client
-from .topic import TopicError
+from .topic import Topic, TopicError
+
+# a command's answer: now, none, or once what it waits for is done (the connection reads on after it)
+Reply = bytes | None | Awaitable[bytes | None]
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -181,11 +184,12 @@ class ConnectionV2(asyncio.Protocol):
                 log.exception("[%s] - failed to process %s", client, _name(command.name))
                 self.close()
                 return
-            if response is _DEFERRED:
-                self._defer(self._authenticate(command.body), commands)
+            if response is None:
+                continue
+            if not isinstance(response, bytes):  # it waits for something (the auth server, a topic's start)
+                self._defer(response, commands)
                 return
-            if response is not None:
-                client.queue_response(response)
+            client.queue_response(response)
         if self._window_changed:
             self._window_changed = False
             if client.channel is not None:
@@ -230,7 +234,8 @@ class ConnectionV2(asyncio.Protocol):
     async def _reauthorize(self, command: Command) -> bytes | None:
         """Authorizations past their TTL are asked for again with the same secret, then the command runs."""
         await self._query_auth(self.client.auth_secret)
-        return _HANDLERS[command.name](self, command)
+        reply = _HANDLERS[command.name](self, command)
+        return reply if reply is None or isinstance(reply, bytes) else await reply
 
     async def _query_auth(self, secret: str) -> None:
         from .auth import AuthError
@@ -369,7 +374,7 @@ class ConnectionV2(asyncio.Protocol):
             self.client.queue_response(OK)
             self.client.flush()
 
-    def _auth(self, command: Command) -> bytes | None:
+    def _auth(self, command: Command) -> Reply:
         if self.client.state != STATE_INIT:
             raise FatalClientError("E_INVALID", "cannot AUTH in current state")
         if command.args:
@@ -380,9 +385,9 @@ class ConnectionV2(asyncio.Protocol):
             raise FatalClientError("E_INVALID", "AUTH already set")
         if self.nsqd.auth_client is None:
             raise FatalClientError("E_AUTH_DISABLED", "AUTH disabled")
-        return _DEFERRED
+        return self._authenticate(command.body)
 
-    def _sub(self, command: Command) -> bytes | None:
+    def _sub(self, command: Command) -> Reply:
         client = self.client
         if client.state != STATE_INIT:
             raise FatalClientError("E_INVALID", "cannot SUB in current state")
@@ -396,14 +401,15 @@ class ConnectionV2(asyncio.Protocol):
         if not is_valid_channel_name(channel_name):
             raise FatalClientError("E_BAD_CHANNEL", f"SUB channel name {go_quote(channel_name)} is not valid")
         self._check_auth("SUB", topic_name, channel_name)
-        channel = self.nsqd.get_topic(topic_name).get_channel(channel_name)
+        topic = self.nsqd.get_topic(topic_name)
+        channel = topic.get_channel(channel_name)
         try:
             channel.add_client(client)
         except ChannelError as error:
             raise FatalClientError("E_SUB_FAILED", f"SUB failed {error}") from None
         client.state = STATE_SUBSCRIBED
         client.channel = channel
-        return OK
+        return OK if topic.started else _once_started(topic)
 
     def _rdy(self, command: Command) -> bytes | None:
         client = self.client
@@ -509,22 +515,23 @@ class ConnectionV2(asyncio.Protocol):
             raise FatalClientError("E_BAD_TOPIC", f"{quote_prefix}{name} topic name {go_quote(topic_name)} is not valid")
         return topic_name
 
-    def _publish(self, topic_name: str, bodies: list[bytes], code: str, name: str, defer_ms: int = 0) -> bytes:
+    def _publish(self, topic_name: str, bodies: list[bytes], code: str, name: str, defer_ms: int = 0) -> Reply:
+        topic = self.nsqd.get_topic(topic_name)
         try:
-            self.nsqd.get_topic(topic_name).publish(bodies, defer_ms)
+            topic.publish(bodies, defer_ms)
         except TopicError as error:
             raise FatalClientError(code, f"{name} failed {error}") from None
         self.client.published(topic_name, len(bodies))
-        return OK
+        return OK if topic.started else _once_started(topic)
 
-    def _pub(self, command: Command) -> bytes | None:
+    def _pub(self, command: Command) -> Reply:
         topic_name = self._topic_for_publish(command, "PUB", 1)
         if command.error is not None:
             raise command.error
         self._check_auth("PUB", topic_name, "")
         return self._publish(topic_name, [command.body], "E_PUB_FAILED", "PUB")
 
-    def _mpub(self, command: Command) -> bytes | None:
+    def _mpub(self, command: Command) -> Reply:
         # NSQ's text repeats the code here
         topic_name = self._topic_for_publish(command, "MPUB", 1, quote_prefix="E_BAD_TOPIC ")
         self._check_auth("MPUB", topic_name, "")
@@ -534,7 +541,7 @@ class ConnectionV2(asyncio.Protocol):
         assert command.messages is not None
         return self._publish(topic_name, command.messages, "E_MPUB_FAILED", "MPUB")
 
-    def _dpub(self, command: Command) -> bytes | None:
+    def _dpub(self, command: Command) -> Reply:
         topic_name = self._topic_for_publish(command, "DPUB", 2)
         defer_ms = _decimal(command.args[1])
         if defer_ms is None:
@@ -554,8 +561,6 @@ class ConnectionV2(asyncio.Protocol):
 
 # how much a consumer whose socket does not drain may have waiting to be written before nsqd stops reading it
 _UNREAD_REPLIES_LIMIT = 4 * 1024 * 1024
-# a handler's answer meaning "the auth server decides": the connection asks it, then goes on
-_DEFERRED = b"<deferred>"
 # commands checked against the client's authorizations (asked again once their TTL is over)
 _AUTHORIZED = frozenset({b"SUB", b"PUB", b"MPUB", b"DPUB"})
 
@@ -567,7 +572,14 @@ def _common_name(tls: ssl.SSLObject | None) -> str:
     return next((value for entry in subject for key, value in entry if key == "commonName"), "")
 
 
-_HANDLERS: dict[bytes, Callable[[ConnectionV2, Command], bytes | None]] = {
+async def _once_started(topic: Topic) -> bytes:
+    """OK once the topic has started: as NSQ answers the client whose command created a topic only after the
+    channels lookupd knows for it exist, so that what it publishes reaches every one of them."""
+    await topic.until_started()
+    return OK
+
+
+_HANDLERS: dict[bytes, Callable[[ConnectionV2, Command], Reply]] = {
     b"IDENTIFY": ConnectionV2._identify,
     b"AUTH": ConnectionV2._auth,
     b"SUB": ConnectionV2._sub,

@@ -52,6 +52,7 @@ class Topic:
                                in ((delay, decode(payload)) for delay, payload in self.backend.take_deferred()))
         # a topic restored at start-up hands its backlog out only once all its channels exist again
         self.started = started
+        self._started_event: asyncio.Event | None = None  # made only when someone waits for the start
         self.paused = False
         self.exiting = False
         # entries are (id, body, timestamp, defer ms); with defer 0 the same tuple is a channel entry
@@ -153,7 +154,16 @@ class Topic:
 
     def start(self) -> None:
         self.started = True
+        if self._started_event is not None:
+            self._started_event.set()
         self._pump_backlog()
+
+    async def until_started(self) -> None:
+        """Returns once the topic has started (at once if it has)."""
+        if not self.started:
+            if self._started_event is None:
+                self._started_event = asyncio.Event()
+            await self._started_event.wait()
 
     # -- channels -------------------------------------------------------------------------------------------
 

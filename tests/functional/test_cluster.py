@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import FAST_SCAN
+from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
 from tests.processes import NSQDProcess, start_lookupd, start_nsqd
+from tests.wire import WireClient
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> Any:
@@ -115,5 +117,45 @@ def test_a_new_topic_gets_the_channels_the_cluster_knows_before_messages_move(tm
             return {c["channel_name"]: c["depth"] for c in topics[0]["channels"]} if topics else {}
         assert wait_for(lambda: channels() == {"archive": 1, "realtime": 1})
     finally:
+        nsqd.stop()
+        lookupd.stop()
+
+
+async def test_the_command_that_creates_a_topic_is_answered_once_the_topic_started(tmp_path: Path) -> None:
+    """As NSQ: a command that creates a topic is answered only after nsqd asked lookupd for the topic's channels
+    and the topic started, so what is acknowledged is in every channel (a DPUB right after SUB is deferred on the
+    channel at once); a lookupd that does not answer holds that client for --http-client-request-timeout, and
+    every other client is served meanwhile."""
+    lookupd = start_lookupd()
+    nsqd = start_nsqd(*FAST_SCAN, f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}",
+                      "--http-client-connect-timeout=1s", "--http-client-request-timeout=1s", data_path=tmp_path)
+    clients: list[WireClient] = []
+    try:
+        assert wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"])  # nsqd identified
+        assert nsqd.http("POST", "/topic/create?topic=existing")[0] == 200
+        consumer, producer, other = clients[:] = [await WireClient.connect(nsqd.tcp_address) for _ in range(3)]
+        lookupd.process.send_signal(signal.SIGSTOP)  # it accepts connections and answers nothing
+        try:
+            started = time.monotonic()
+            await consumer.command(b"SUB", b"fresh", b"c")
+            await producer.command(b"DPUB", b"fresh", b"60000", body=b"later")
+            await other.command(b"PUB", b"existing", body=b"now")
+            assert await other.read_frame() == Frame(FRAME_TYPE_RESPONSE, b"OK")
+            assert time.monotonic() - started < 0.5, "another client waited too"
+            assert await consumer.read_frame() == Frame(FRAME_TYPE_RESPONSE, b"OK")
+            assert time.monotonic() - started >= 0.9, "answered before the topic started"
+            assert await producer.read_frame() == Frame(FRAME_TYPE_RESPONSE, b"OK")
+            stats = json.loads(nsqd.http("GET", "/stats?format=json")[2])
+            topics = {topic["topic_name"]: topic for topic in stats["topics"]}
+            assert topics["fresh"]["channels"][0]["deferred_count"] == 1
+            # over HTTP the same
+            started = time.monotonic()
+            assert nsqd.http("POST", "/pub?topic=fresh_http", b"body")[0] == 200
+            assert time.monotonic() - started >= 0.9
+        finally:
+            lookupd.process.send_signal(signal.SIGCONT)
+    finally:
+        for client in clients:
+            await client.close()
         nsqd.stop()
         lookupd.stop()
