@@ -55,19 +55,6 @@ def _json(document: object) -> Response:
     return json_response(json.dumps(document, separators=(",", ":")))
 
 
-def _once_started(topic: Topic, response: Response) -> Response | Awaitable[Response]:
-    """``response`` once the topic has started: as NSQ answers the request that created a topic only after the
-    channels lookupd knows for it exist, so that what it published reaches every one of them."""
-    if topic.started:
-        return response
-
-    async def later() -> Response:
-        await topic.until_started()
-        return response
-
-    return later()
-
-
 def _topic_name(request: Request, invalid_code: str = "INVALID_TOPIC") -> str:
     name = request.query.get("topic")
     if name is None:
@@ -157,7 +144,7 @@ class _API:
                 raise HTTPError(503, "EXITING") from None
             log.error("failed to publish to topic(%s) - %s", topic.name, error)
             raise HTTPError(500, "INTERNAL_ERROR") from None  # the disk refused it
-        return _once_started(topic, _OK)
+        return topic.when_started(_OK)
 
     def pub(self, request: Request) -> Response | Awaitable[Response]:
         body = _body(request, "MSG_TOO_BIG")
@@ -211,7 +198,7 @@ class _API:
         return self._existing_topic(name)
 
     def topic_create(self, request: Request) -> Response | Awaitable[Response]:
-        return _once_started(self.nsqd.get_topic(_topic_name(request)), _EMPTY)
+        return self.nsqd.get_topic(_topic_name(request)).when_started(_EMPTY)
 
     def topic_delete(self, request: Request) -> Response:
         self.nsqd.delete_topic(self._named_topic(request).name)

@@ -27,7 +27,7 @@ from shared.protocol.frames import CLOSE_WAIT, FRAME_TYPE_ERROR, HEARTBEAT, MAGI
 from . import identify
 from .channel import Channel, ChannelError
 from .client import STATE_CLOSING, STATE_DISCONNECTED, STATE_INIT, STATE_SUBSCRIBED, Client
-from .topic import Topic, TopicError
+from .topic import TopicError
 
 # a command's answer: now, none, or once what it waits for is done (the connection reads on after it)
 Reply = bytes | None | Awaitable[bytes | None]
@@ -409,7 +409,7 @@ class ConnectionV2(asyncio.Protocol):
             raise FatalClientError("E_SUB_FAILED", f"SUB failed {error}") from None
         client.state = STATE_SUBSCRIBED
         client.channel = channel
-        return OK if topic.started else _once_started(topic)
+        return topic.when_started(OK)
 
     def _rdy(self, command: Command) -> bytes | None:
         client = self.client
@@ -522,7 +522,7 @@ class ConnectionV2(asyncio.Protocol):
         except TopicError as error:
             raise FatalClientError(code, f"{name} failed {error}") from None
         self.client.published(topic_name, len(bodies))
-        return OK if topic.started else _once_started(topic)
+        return topic.when_started(OK)
 
     def _pub(self, command: Command) -> Reply:
         topic_name = self._topic_for_publish(command, "PUB", 1)
@@ -570,13 +570,6 @@ def _common_name(tls: ssl.SSLObject | None) -> str:
     certificate = tls.getpeercert() if tls is not None else None
     subject: tuple[tuple[tuple[str, str], ...], ...] = (certificate or {}).get("subject", ())  # type: ignore[assignment]
     return next((value for entry in subject for key, value in entry if key == "commonName"), "")
-
-
-async def _once_started(topic: Topic) -> bytes:
-    """OK once the topic has started: as NSQ answers the client whose command created a topic only after the
-    channels lookupd knows for it exist, so that what it publishes reaches every one of them."""
-    await topic.until_started()
-    return OK
 
 
 _HANDLERS: dict[bytes, Callable[[ConnectionV2, Command], Reply]] = {

@@ -16,7 +16,7 @@ import logging
 import time
 from collections import deque
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from shared.names import is_ephemeral
 
@@ -24,6 +24,8 @@ from .channel import Channel
 from .e2e import DISABLED, summarize
 from .guid import GuidFactory
 from .message import TopicEntry, decode, encode
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from .disk_queue import Storage
@@ -158,12 +160,20 @@ class Topic:
             self._started_event.set()
         self._pump_backlog()
 
-    async def until_started(self) -> None:
-        """Returns once the topic has started (at once if it has)."""
-        if not self.started:
-            if self._started_event is None:
-                self._started_event = asyncio.Event()
-            await self._started_event.wait()
+    def when_started(self, answer: T) -> T | Awaitable[T]:
+        """``answer`` now if the topic has started, else once it has. As NSQ answers the command that created a
+        topic only after the channels lookupd knows for it exist, so that what it published reaches all of them."""
+        if self.started:
+            return answer
+
+        async def later() -> T:
+            if not self.started:  # it may have started before this ran
+                if self._started_event is None:
+                    self._started_event = asyncio.Event()
+                await self._started_event.wait()
+            return answer
+
+        return later()
 
     # -- channels -------------------------------------------------------------------------------------------
 
