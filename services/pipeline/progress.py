@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsq.pipeline")
 
 HTTP_TIMEOUT = 5.0
+DEFAULT_INTERVAL = 10.0  # how often /metrics is sampled when no progress lines are printed
 
 
 @dataclass(frozen=True)
@@ -126,24 +127,23 @@ class JobProgress:
         self._clock = clock
         self._batches = BatchCounter()
         self._sampled_at = clock()
+        # replaced whole by the one sampling thread; scrapes on other threads read it
         self.latest = Sample(0.0, 0)
-        self._lock = threading.Lock()  # sampled on one thread, scraped on others
 
     def sample(self) -> Sample:
-        with self._lock:
-            before = self._batches.rows
-            self._batches.add(self.query.recentProgress)
-            now = self._clock()
-            elapsed, self._sampled_at = now - self._sampled_at, now
-            last = self._batches.last
-            self.latest = Sample(
-                rows_per_second=(self._batches.rows - before) / elapsed if elapsed > 0 else 0.0,
-                rows=self._batches.rows,
-                batch_id=None if last is None else last["batchId"],
-                batch_rows=0 if last is None else last["numInputRows"],
-                batch_seconds=0.0 if last is None else last["durationMs"].get("triggerExecution", 0) / 1000,
-                backlog=self._backlog() if self._backlog is not None else None)
-            return self.latest
+        before = self._batches.rows
+        self._batches.add(self.query.recentProgress)
+        now = self._clock()
+        elapsed, self._sampled_at = now - self._sampled_at, now
+        last = self._batches.last
+        self.latest = Sample(
+            rows_per_second=(self._batches.rows - before) / elapsed if elapsed > 0 else 0.0,
+            rows=self._batches.rows,
+            batch_id=None if last is None else last["batchId"],
+            batch_rows=0 if last is None else last["numInputRows"],
+            batch_seconds=0.0 if last is None else last["durationMs"].get("triggerExecution", 0) / 1000,
+            backlog=self._backlog() if self._backlog is not None else None)
+        return self.latest
 
     def collect(self) -> Iterator[Metric]:
         latest = self.latest
@@ -174,9 +174,10 @@ def _gauge(name: str, documentation: str, job: str, value: float | None) -> Gaug
     return gauge
 
 
-def report_every(progress: JobProgress, interval: float, out: TextIO, stopped: threading.Event) -> threading.Thread:
-    """Samples ``progress`` every ``interval`` s on a thread of its own and prints each sample's line to ``out``,
-    until ``stopped`` is set."""
+def report_every(progress: JobProgress, interval: float, out: TextIO | None,
+                 stopped: threading.Event) -> threading.Thread:
+    """Samples ``progress`` every ``interval`` s on a thread of its own (for ``/metrics``) and prints each sample's
+    line to ``out`` (None: no lines), until ``stopped`` is set."""
 
     def loop() -> None:
         deadline = time.monotonic()
@@ -187,8 +188,9 @@ def report_every(progress: JobProgress, interval: float, out: TextIO, stopped: t
                 if not stopped.is_set():
                     log.exception("sampling the job's progress")
                 continue
-            out.write(line + "\n")
-            out.flush()
+            if out is not None:
+                out.write(line + "\n")
+                out.flush()
 
     thread = threading.Thread(target=loop, name="nsq-pipeline-progress", daemon=True)
     thread.start()

@@ -53,18 +53,20 @@ def run_until_stopped(query: StreamingQuery, http_address: str = "", poll_second
                       backlog: Callable[[], int | None] | None = None, progress_interval: float = 0) -> None:
     """Waits for the query; SIGTERM or SIGINT stop it cleanly (the source requeues what was not committed).
     Meanwhile, with ``progress_interval``, prints a progress line that often (``backlog`` says what nsqd still
-    holds for the query), and with ``http_address`` serves ``/ping`` and ``/metrics`` there.
+    holds for the query), and with ``http_address`` serves ``/ping`` and ``/metrics`` there (sampled that often,
+    or every ``progress.DEFAULT_INTERVAL`` s without progress lines).
 
     The query is stopped from this loop, not from the signal handler: the handler runs in the middle of a call to
     the JVM, and py4j's connection cannot take a second call then."""
     from .monitoring import serve
-    from .progress import JobProgress, report_every
+    from .progress import DEFAULT_INTERVAL, JobProgress, report_every
 
     progress = JobProgress(query, query.name or "nsq", backlog)
     server = serve(http_address, progress) if http_address else None
     reporting = threading.Event()
-    if progress_interval > 0:
-        report_every(progress, progress_interval, sys.stdout, reporting)
+    if progress_interval > 0 or server is not None:
+        report_every(progress, progress_interval or DEFAULT_INTERVAL, sys.stdout if progress_interval > 0 else None,
+                     reporting)
     stop_requested = False
 
     def request_stop(signum: int, frame: object) -> None:
