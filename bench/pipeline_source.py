@@ -76,15 +76,28 @@ def job_command(job: str, lookupd: str, workdir: Path, extra: list[str]) -> list
     return [sys.executable, "-c", USER_QUERY, lookupd, str(workdir / "archive"), str(workdir / "checkpoint")]
 
 
-def process_tree_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and every process under it (the JVM, Spark's Python workers)."""
-    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+def process_tree_cpu(root: int) -> float:
+    """CPU seconds of ``root`` and every process under it (the JVM, Spark's Python workers), from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        tree.update(children)
+        frontier += children
     total = 0.0
-    try:
-        total = cpu_seconds(pid)
-    except FileNotFoundError:
-        return 0.0
-    return total + sum(process_tree_cpu(int(child)) for child in children)
+    for pid in tree:
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            pass
+    return total
 
 
 def watch(nodes: list[NSQDProcess], channel: str, messages: int, job: subprocess.Popen[bytes],
