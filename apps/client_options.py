@@ -1,4 +1,5 @@
-"""``--producer-opt`` and ``--consumer-opt``: go-nsq Config options given as ``key,value``, as NSQ's tools take
+"""The tools' client flags: where a consumer reads from (``--nsqd-tcp-address`` or ``--lookupd-http-address``),
+and ``--producer-opt`` and ``--consumer-opt``, go-nsq Config options given as ``key,value`` as NSQ's tools take
 them, turned into keyword arguments of ``Producer`` and ``Consumer``. Options this client cannot honour are
 refused with the list of those it can, rather than ignored."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from shared.addresses import split_host_port
 from shared.flags import FlagError, parse_duration
 from shared.names import go_quote
 
@@ -36,6 +38,28 @@ _CONSUMER: dict[str, tuple[str, Callable[[str], Any]]] = {
     "max_backoff_duration": ("max_backoff_duration", parse_duration),
     "rdy_redistribute_interval": ("rdy_redistribute_interval", parse_duration),
 }
+
+
+def check_sources(nsqd_tcp_addresses: list[str], lookupd_http_addresses: list[str]) -> None:
+    """NSQ's rule for a consumer's flags: nsqd or lookupd addresses, not both; and each one well formed."""
+    if not nsqd_tcp_addresses and not lookupd_http_addresses:
+        raise FlagError("--nsqd-tcp-address or --lookupd-http-address required")
+    if nsqd_tcp_addresses and lookupd_http_addresses:
+        raise FlagError("use --nsqd-tcp-address or --lookupd-http-address not both")
+    check_tcp_addresses("nsqd-tcp-address", nsqd_tcp_addresses)
+    # a lookupd may also be given as a URL, which the client accepts
+    check_tcp_addresses("lookupd-http-address",
+                        [address for address in lookupd_http_addresses
+                         if not address.startswith(("http://", "https://"))])
+
+
+def check_tcp_addresses(flag: str, addresses: list[str]) -> None:
+    """Each address is ``host:port``; FlagError names ``--flag`` and the fault."""
+    for address in addresses:
+        try:
+            split_host_port(address)
+        except ValueError as error:
+            raise FlagError(f"--{flag}: {error}") from None
 
 
 def producer_settings(items: list[str]) -> dict[str, Any]:

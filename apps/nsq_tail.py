@@ -28,7 +28,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from shared.addresses import split_host_port
 from shared.client import Consumer, Message
 from shared.client.consumer import Handler
 from shared.flags import FlagError, option
@@ -36,7 +35,7 @@ from shared.names import is_valid_channel_name, is_valid_topic_name
 from shared.program import ProgramOptions, run_tool
 from shared.version import VERSION, version_line
 
-from .client_options import consumer_settings
+from .client_options import check_sources, consumer_settings
 
 log = logging.getLogger("nsq_tail")
 
@@ -59,10 +58,7 @@ class Options(ProgramOptions):
         """NSQ's checks in NSQ's order and words (``--consumer-opt`` first: Go's flag parsing reads it)."""
         super().validate()
         consumer_settings(self.consumer_opt)
-        if not self.nsqd_tcp_address and not self.lookupd_http_address:
-            raise FlagError("--nsqd-tcp-address or --lookupd-http-address required")
-        if self.nsqd_tcp_address and self.lookupd_http_address:
-            raise FlagError("use --nsqd-tcp-address or --lookupd-http-address not both")
+        check_sources(self.nsqd_tcp_address, self.lookupd_http_address)
         if not self.topic:
             raise FlagError("--topic required")
         if not all(is_valid_topic_name(topic) for topic in self.topic):
@@ -71,18 +67,6 @@ class Options(ProgramOptions):
             raise FlagError("invalid channel name")
         if self.max_in_flight < 1:
             raise FlagError("--max-in-flight must be at least 1")
-        self._validate_addresses()
-
-    def _validate_addresses(self) -> None:
-        for flag, addresses in (("nsqd-tcp-address", self.nsqd_tcp_address),
-                                ("lookupd-http-address", self.lookupd_http_address)):
-            for address in addresses:
-                if address.startswith(("http://", "https://")):
-                    continue  # a lookupd URL; the client accepts one
-                try:
-                    split_host_port(address)
-                except ValueError as error:
-                    raise FlagError(f"--{flag}: {error}") from None
 
     def consumer_max_in_flight(self) -> int:
         """``--max-in-flight``, lowered to ``-n`` when that is smaller: no point asking for more than we show."""

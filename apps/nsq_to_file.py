@@ -35,7 +35,6 @@ from typing import Any
 
 import aiohttp
 
-from shared.addresses import split_host_port
 from shared.client import Consumer, Message
 from shared.client.lookupd import lookupd_url
 from shared.flags import FlagError, option
@@ -43,7 +42,7 @@ from shared.names import is_valid_name
 from shared.program import ProgramOptions, run_tool
 from shared.version import VERSION, version_line
 
-from .client_options import consumer_settings
+from .client_options import check_tcp_addresses, consumer_settings
 from .file_logger import (
     REV_REQUIRED,
     ArchiveError,
@@ -130,11 +129,7 @@ class Options(ProgramOptions):
         if "<REV>" not in self.filename_format and rev_required(
                 self.gzip, self.rotate_size, self.rotate_interval, self.work_directory, self.output_dir):
             raise FlagError(REV_REQUIRED)
-        for address in self.nsqd_tcp_address:
-            try:
-                split_host_port(address)
-            except ValueError as error:
-                raise FlagError(f"--nsqd-tcp-address: {error}") from None
+        check_tcp_addresses("nsqd-tcp-address", self.nsqd_tcp_address)
         consumer_settings(self.consumer_opt)
 
 

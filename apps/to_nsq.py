@@ -22,7 +22,6 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from shared.addresses import split_host_port
 from shared.client import NSQError, Producer
 from shared.client.connection import Connection
 from shared.flags import FlagError, option
@@ -31,7 +30,7 @@ from shared.program import ProgramOptions, run_tool
 from shared.protocol.frames import encode_command
 from shared.version import VERSION, version_line
 
-from .client_options import producer_settings
+from .client_options import check_tcp_addresses, producer_settings
 
 log = logging.getLogger("to_nsq")
 
@@ -61,16 +60,8 @@ class Options(ProgramOptions):
             raise FlagError("--delimiter must be a single byte")
         if not self.nsqd_tcp_address:
             raise FlagError("--nsqd-tcp-address required")
-        for address in self.nsqd_tcp_address:
-            _check_address(address)
+        check_tcp_addresses("nsqd-tcp-address", self.nsqd_tcp_address)
         producer_settings(self.producer_opt)
-
-
-def _check_address(address: str) -> None:
-    try:
-        split_host_port(address)
-    except ValueError as error:
-        raise FlagError(f"--nsqd-tcp-address: {error}") from None
 
 
 class RecordSplitter:
