@@ -29,6 +29,7 @@ import aiohttp
 
 from shared.addresses import join_host_port
 from shared.flags import FlagError, option
+from shared.log_format import describe
 from shared.program import ProgramOptions, run_tool
 from shared.version import VERSION, version_line
 
@@ -244,7 +245,7 @@ class Cluster:
                                     f"{body.decode(errors='replace')!r}")
                 document = json.loads(body)
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            raise PollError(f"{url}: {error or type(error).__name__}") from error
+            raise PollError(f"{url}: {describe(error)}") from error
         if not isinstance(document, dict):
             raise PollError(f"{url}: not a JSON object")
         return document

@@ -38,6 +38,7 @@ import aiohttp
 from shared.client import Consumer, Message
 from shared.client.lookupd import lookupd_url
 from shared.flags import FlagError, option
+from shared.log_format import describe
 from shared.names import is_valid_name
 from shared.program import ProgramOptions, run_tool
 from shared.version import VERSION, version_line
@@ -307,7 +308,7 @@ class TopicDiscoverer:
                     raise ValueError(f"got response {response.status} {body.decode(errors='replace')!r}")
                 return lookupd_topics(json.loads(body))
         except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as error:
-            log.error("could not retrieve topic list: %s: %s", url, error or type(error).__name__)
+            log.error("could not retrieve topic list: %s: %s", url, describe(error))
             return None
 
     async def _stop_poller(self) -> None:

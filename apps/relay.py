@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable
 from shared.client import Consumer, Message
 from shared.client.consumer import Handler
 from shared.flags import FlagError, option
+from shared.log_format import describe
 from shared.names import is_valid_channel_name
 from shared.program import ProgramOptions
 
@@ -54,9 +55,11 @@ class RelayOptions(ProgramOptions):
         consumer_settings(self.consumer_opt)
 
     def consumer(self, topic: str, handler: Handler, concurrency: int, user_agent: str) -> Consumer:
-        # as in NSQ, the flags win over the same options given as --consumer-opt
-        settings: dict[str, Any] = {**consumer_settings(self.consumer_opt), "max_in_flight": self.max_in_flight,
-                                    "user_agent": user_agent, "concurrency": concurrency}
+        # a relay never gives up on a message its destination did not take (go-nsq drops it after 5 attempts;
+        # --consumer-opt=max_attempts,5 says so); as in NSQ, the flags win over the same --consumer-opt
+        settings: dict[str, Any] = {"max_attempts": 0, **consumer_settings(self.consumer_opt),
+                                    "max_in_flight": self.max_in_flight, "user_agent": user_agent,
+                                    "concurrency": concurrency}
         return Consumer(topic, self.channel, handler, nsqd_tcp_addresses=self.nsqd_tcp_address,
                         lookupd_http_addresses=self.lookupd_http_address, **settings)
 
@@ -87,7 +90,7 @@ class Relay:
         try:
             await send(name)
         except Exception as error:  # whatever went wrong, the message was not delivered: it goes back to nsqd
-            self._log.error("%s: %s", name, error or type(error).__name__)
+            self._log.error("%s: %s", name, describe(error))
             self.destinations.mark(name, False, loop.time())
             return False
         self.destinations.mark(name, True, loop.time())

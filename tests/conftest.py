@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import NSQDProcess, start_nsqd
+from tests.processes import NSQDProcess, ToolProcess, start_nsqd
 
 # small scan intervals so timeouts and deferrals fire promptly in tests
 FAST_SCAN = ("--queue-scan-interval=20ms", "--queue-scan-refresh-interval=50ms")
@@ -31,3 +31,20 @@ def nsqd_factory(tmp_path: Path) -> Iterator[Callable[..., NSQDProcess]]:
 @pytest.fixture
 def nsqd(nsqd_factory: Callable[..., NSQDProcess]) -> NSQDProcess:
     return nsqd_factory()
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Iterator[Callable[..., ToolProcess]]:
+    """Starts tools, ``tools("apps.nsq_to_file", *flags)``; any still running at teardown is killed."""
+    started: list[ToolProcess] = []
+
+    def start(module: str, *args: str) -> ToolProcess:
+        tool = ToolProcess(tmp_path / f"{module}.{len(started)}.log", module, *args)
+        started.append(tool)
+        return tool
+
+    yield start
+    for tool in started:
+        if tool.process.poll() is None:
+            tool.process.kill()
+            tool.process.wait()

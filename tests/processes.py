@@ -81,6 +81,31 @@ class NSQDProcess:
                 self.log_lines.append(line.rstrip("\n"))
 
 
+class ToolProcess:
+    """One of the tools (``apps.<name>``) as a process; its log goes to a file (a pipe nobody reads would block
+    it)."""
+
+    def __init__(self, log_path: Path, module: str, *args: str) -> None:
+        self.log_path, self.module = log_path, module
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT,
+                                            stdout=subprocess.DEVNULL, stderr=log)
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(f"{self.module} did not stop on {sig}:\n{self.log}") from None
+
+
 def finished(stats: dict[str, Any]) -> int:
     """What a channel counts as finished (FIN'd): every message it got, less what it still holds; 0 for {}."""
     if not stats:

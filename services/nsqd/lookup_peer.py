@@ -18,6 +18,7 @@ import struct
 from typing import TYPE_CHECKING, Any, Callable
 
 from shared.addresses import split_host_port
+from shared.log_format import describe
 from shared.protocol.lookup_v1 import MAGIC_V1
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class LookupPeer:
                 delay = 1.0
                 await self._serve()
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, LookupdError, ValueError) as error:
-                log.error("LOOKUPD(%s): %s - reconnecting in %.0fs", self.address, error or type(error).__name__,
+                log.error("LOOKUPD(%s): %s - reconnecting in %.0fs", self.address, describe(error),
                           delay)
             self._close()
             await asyncio.sleep(delay)

@@ -36,6 +36,11 @@ class Backoff:
     def paused(self, now: float) -> bool:
         return now < self.resume_at
 
+    def end_pause(self) -> None:
+        """The pause is over, whatever the clock says: the timer set for ``resume_at`` fired (an event loop may
+        fire one a little early: uvloop's timers count whole milliseconds)."""
+        self.resume_at = 0.0
+
     def failure(self, now: float) -> Action:
         if self.paused(now):
             return Action.NONE

@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from shared.addresses import split_host_port
+from shared.log_format import describe
 from shared.names import is_valid_name
 from shared.protocol.frames import CLOSE_WAIT, encode_command
 from shared.protocol.frames import Message as Frame
@@ -273,9 +274,13 @@ class Consumer:
             log.warning("backing off for %.3fs", self._backoff.duration(self._backoff.counter))
             if self._resume_timer is not None:
                 self._resume_timer.cancel()
-            self._resume_timer = asyncio.get_running_loop().call_at(self._backoff.resume_at, self._rebalance)
+            self._resume_timer = asyncio.get_running_loop().call_at(self._backoff.resume_at, self._end_pause)
         if action is not Action.NONE:
             self._rebalance()
+
+    def _end_pause(self) -> None:
+        self._backoff.end_pause()
+        self._rebalance()
 
     def _rebalance(self) -> None:
         """Sets every connection's RDY for the current state: stopping or paused 0, testing after a backoff 1 on
@@ -340,7 +345,7 @@ class Consumer:
                 if not self._stopping:
                     log.warning("nsqd %s: connection closed", address)
             except (OSError, TimeoutError, NSQError) as error:
-                log.error("nsqd %s: %s", address, error or type(error).__name__)
+                log.error("nsqd %s: %s", address, describe(error))
             finally:
                 await self._disconnect(conn)
             if not reconnect or self._stopping:
@@ -381,7 +386,7 @@ class Consumer:
             if reply != CLOSE_WAIT:
                 log.warning("nsqd %s answered CLS with %r", conn.address, reply)
         except (TimeoutError, NSQError) as error:
-            log.warning("nsqd %s: CLS: %s", conn.address, error or type(error).__name__)
+            log.warning("nsqd %s: CLS: %s", conn.address, describe(error))
 
     # -- discovery ---------------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from urllib.parse import quote
 from aiohttp import ClientError, ClientSession
 
 from shared.addresses import join_host_port
+from shared.log_format import describe
 
 log = logging.getLogger("nsq.client")
 
@@ -55,5 +56,5 @@ async def _producers(session: ClientSession, url: str, port_key: str) -> list[st
                 return None
             return producer_addresses(json.loads(text), port_key)
     except (ClientError, OSError, TimeoutError, ValueError, KeyError, TypeError) as error:
-        log.error("lookupd %s: %s", url, error or type(error).__name__)
+        log.error("lookupd %s: %s", url, describe(error))
         return None

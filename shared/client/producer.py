@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any, Iterable
 
 from shared.addresses import split_host_port
+from shared.log_format import describe
 from shared.protocol.frames import encode_command, encode_mpub
 
 from .connection import Connection
@@ -74,7 +75,7 @@ class Producer:
             try:
                 connection = await self._open_to(address)
             except (OSError, TimeoutError, NSQError) as error:
-                log.warning("nsqd %s: %s", address, error or type(error).__name__)
+                log.warning("nsqd %s: %s", address, describe(error))
                 continue
             self.address = address
             return connection

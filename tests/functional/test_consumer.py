@@ -129,6 +129,21 @@ async def test_a_failing_handler_requeues_with_delay_and_backs_off(nsqd: NSQDPro
         assert [c["ready_count"] for c in channel(nsqd, "flaky", "c")["clients"]] == [5]
 
 
+def test_backoff_ends_on_uvloop_whose_timers_fire_a_little_early(nsqd: NSQDProcess) -> None:
+    """uvloop runs a timer up to a millisecond before its time: the end of each backoff pause must still resume
+    the consumer (the tools run on uvloop)."""
+    uvloop = pytest.importorskip("uvloop")
+    http_mpub(nsqd, "flaky", [b"%d" % number for number in range(5)])
+
+    async def scenario() -> None:
+        handler = Recorder(fail=lambda message: message.attempts <= 3)
+        async with Consumer("flaky", "c", handler, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=5,
+                            requeue_delay=0.01, backoff_multiplier=0.05, max_backoff_duration=0.2) as consumer:
+            await until(lambda: consumer.finished == 5)  # through about a dozen pauses
+
+    uvloop.run(scenario())
+
+
 async def test_touch_extends_the_deadline(nsqd: NSQDProcess) -> None:
     http_mpub(nsqd, "slow", [b"long job"])
 

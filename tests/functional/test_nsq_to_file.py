@@ -11,58 +11,23 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd
+from tests.processes import ROOT, NSQDProcess, ToolProcess, finished, start_lookupd, start_nsqd
 
 CHANNEL = "nsq_to_file"
 SHORT_HOST = socket.gethostname().split(".")[0]
 
 
-class Archiver:
-    """One nsq_to_file process; its log goes to a file (a pipe nobody reads would block it)."""
-
-    def __init__(self, log_path: Path, *args: str) -> None:
-        self.log_path = log_path
-        with log_path.open("ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "apps.nsq_to_file", *args], cwd=ROOT,
-                                            stdout=subprocess.DEVNULL, stderr=log)
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise AssertionError(f"nsq_to_file did not stop on {sig}:\n{self.log}") from None
-
-
 @pytest.fixture
-def archivers(tmp_path: Path) -> Iterator[Callable[..., Archiver]]:
-    """Starts nsq_to_file processes; any still running at teardown is killed."""
-    started: list[Archiver] = []
-
-    def start(*args: str) -> Archiver:
-        archiver = Archiver(tmp_path / f"nsq_to_file{len(started)}.log", *args)
-        started.append(archiver)
-        return archiver
-
-    yield start
-    for archiver in started:
-        if archiver.process.poll() is None:
-            archiver.process.kill()
-            archiver.process.wait()
+def archivers(tools: Callable[..., ToolProcess]) -> Callable[..., ToolProcess]:
+    """Starts nsq_to_file processes."""
+    return lambda *args: tools("apps.nsq_to_file", *args)
 
 
 def nsqd_address(nsqd: NSQDProcess) -> str:
@@ -108,7 +73,7 @@ def bodies(prefix: str, count: int, start: int = 0) -> list[bytes]:
     return [b"%s-%06d" % (prefix.encode(), n) for n in range(start, start + count)]
 
 
-def test_every_message_of_a_topic_is_written_and_finished(nsqd: NSQDProcess, archivers: Callable[..., Archiver],
+def test_every_message_of_a_topic_is_written_and_finished(nsqd: NSQDProcess, archivers: Callable[..., ToolProcess],
                                                           tmp_path: Path) -> None:
     sent = bodies("m", 1000)
     publish(nsqd, "archive", sent)
@@ -123,7 +88,7 @@ def test_every_message_of_a_topic_is_written_and_finished(nsqd: NSQDProcess, arc
     assert "nsqd 127.0.0.1" in archiver.log and "syncing" in archiver.log
 
 
-def test_filename_tokens_and_the_move_from_the_work_dir(nsqd: NSQDProcess, archivers: Callable[..., Archiver],
+def test_filename_tokens_and_the_move_from_the_work_dir(nsqd: NSQDProcess, archivers: Callable[..., ToolProcess],
                                                        tmp_path: Path) -> None:
     publish(nsqd, "named", bodies("n", 10))
     work, output = tmp_path / "work", tmp_path / "out"
@@ -140,7 +105,7 @@ def test_filename_tokens_and_the_move_from_the_work_dir(nsqd: NSQDProcess, archi
     assert path.read_bytes().splitlines() == bodies("n", 10)
 
 
-def test_rotation_by_size_splits_the_messages_over_files(nsqd: NSQDProcess, archivers: Callable[..., Archiver],
+def test_rotation_by_size_splits_the_messages_over_files(nsqd: NSQDProcess, archivers: Callable[..., ToolProcess],
                                                          tmp_path: Path) -> None:
     sent = bodies("rotate", 600)  # 14 bytes a line, 8400 in all
     publish(nsqd, "sized", sent)
@@ -156,7 +121,7 @@ def test_rotation_by_size_splits_the_messages_over_files(nsqd: NSQDProcess, arch
     assert lines(out) == sent
 
 
-def test_gzip_files_read_back_whole(nsqd: NSQDProcess, archivers: Callable[..., Archiver], tmp_path: Path) -> None:
+def test_gzip_files_read_back_whole(nsqd: NSQDProcess, archivers: Callable[..., ToolProcess], tmp_path: Path) -> None:
     out = tmp_path / "out"
     archiver = archivers("--topic=zipped", nsqd_address(nsqd), f"--output-dir={out}", "--gzip",
                          "--gzip-level=9", "--sync-interval=100ms")
@@ -172,7 +137,7 @@ def test_gzip_files_read_back_whole(nsqd: NSQDProcess, archivers: Callable[..., 
 
 
 def test_sighup_closes_the_file_and_the_next_message_opens_the_next_rev(
-        nsqd: NSQDProcess, archivers: Callable[..., Archiver], tmp_path: Path) -> None:
+        nsqd: NSQDProcess, archivers: Callable[..., ToolProcess], tmp_path: Path) -> None:
     work, out = tmp_path / "work", tmp_path / "out"
     archiver = archivers("--topic=hup", nsqd_address(nsqd), f"--output-dir={out}", f"--work-dir={work}",
                          "--gzip", "--filename-format=<TOPIC><REV>.log", "--sync-interval=100ms")
@@ -189,7 +154,7 @@ def test_sighup_closes_the_file_and_the_next_message_opens_the_next_rev(
     assert files(work) == []
 
 
-def test_topics_matching_a_pattern_are_discovered_through_lookupd(archivers: Callable[..., Archiver],
+def test_topics_matching_a_pattern_are_discovered_through_lookupd(archivers: Callable[..., ToolProcess],
                                                                    tmp_path: Path) -> None:
     lookupd = start_lookupd()
     nsqd = start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", data_path=tmp_path)
@@ -226,7 +191,7 @@ async def publish_stream(nsqd: NSQDProcess, topic: str, sent: list[bytes], total
             await asyncio.sleep(0.005)
 
 
-async def stop_mid_stream(nsqd: NSQDProcess, archiver: Archiver, total: int, sig: int) -> list[bytes]:
+async def stop_mid_stream(nsqd: NSQDProcess, archiver: ToolProcess, total: int, sig: int) -> list[bytes]:
     """Streams ``total`` messages; ``sig`` goes to the archiver once a third of them are published and it has
     finished some. Returns everything published."""
     sent: list[bytes] = []
@@ -251,7 +216,7 @@ def check_finished_are_archived(nsqd: NSQDProcess, first_run: list[bytes], sent:
 
 @pytest.mark.slow
 async def test_sigterm_mid_stream_finishes_only_what_is_archived(
-        nsqd_factory: Callable[..., NSQDProcess], archivers: Callable[..., Archiver], tmp_path: Path) -> None:
+        nsqd_factory: Callable[..., NSQDProcess], archivers: Callable[..., ToolProcess], tmp_path: Path) -> None:
     nsqd = nsqd_factory("--mem-queue-size=100000")
     total = 30_000
     first = archivers("--topic=stream", nsqd_address(nsqd), f"--output-dir={tmp_path / 'first'}")
@@ -272,7 +237,7 @@ async def test_sigterm_mid_stream_finishes_only_what_is_archived(
 
 @pytest.mark.slow
 async def test_sigkill_mid_stream_loses_nothing(nsqd_factory: Callable[..., NSQDProcess],
-                                                archivers: Callable[..., Archiver], tmp_path: Path) -> None:
+                                                archivers: Callable[..., ToolProcess], tmp_path: Path) -> None:
     nsqd = nsqd_factory("--mem-queue-size=100000")
     total = 30_000
     # what the killed process had in flight stays in flight until its timeout (as in NSQ): a short one
@@ -315,7 +280,7 @@ def test_bad_flags_exit_2_with_nsqs_message(args: tuple[str, ...], message: str)
 
 
 def test_a_file_that_cannot_be_written_ends_the_program_with_1(nsqd: NSQDProcess,
-                                                                archivers: Callable[..., Archiver],
+                                                                archivers: Callable[..., ToolProcess],
                                                                 tmp_path: Path) -> None:
     (tmp_path / "blocked").write_bytes(b"a file where the output directory should be")
     publish(nsqd, "doomed", bodies("d", 5))

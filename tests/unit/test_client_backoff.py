@@ -48,3 +48,12 @@ def test_a_multiplier_above_the_maximum_still_pauses() -> None:
     backoff = Backoff(multiplier=5.0, max_duration=2.0)
     assert backoff.failure(now=0.0) is Action.PAUSE and backoff.resume_at == 2.0
     assert backoff.success(now=2.0) is Action.RESUME
+
+
+def test_the_pause_ends_when_its_timer_fires_even_a_little_early() -> None:
+    backoff = Backoff(multiplier=0.05)
+    backoff.failure(now=0.0)
+    assert backoff.paused(0.0499)  # a timer set for 0.05 that fires at 0.0499...
+    backoff.end_pause()
+    assert not backoff.paused(0.0499) and backoff.active  # ...ends the pause; RDY 1 tests the waters
+    assert backoff.success(now=0.0499) is Action.RESUME
