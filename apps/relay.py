@@ -78,7 +78,10 @@ class Relay:
         loop = asyncio.get_running_loop()
         started = loop.time()
         names = self.destinations.choose(started)
-        taken = await asyncio.gather(*(self._send(name, send, started) for name in names))
+        if len(names) == 1:  # the usual case, without gather's task per destination
+            taken = [await self._send(names[0], send, started)]
+        else:
+            taken = await asyncio.gather(*(self._send(name, send, started) for name in names))
         if all(taken):
             self._aggregate.record(loop.time() - started)
             message.finish()
