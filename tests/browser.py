@@ -32,14 +32,15 @@ requires_chromium = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=
 
 
 @contextmanager
-def chromium_page() -> Iterator[Page]:
-    """A fresh page in a headless chromium that is closed on the way out, whatever happened."""
+def chromium_page(timezone_id: str | None = None) -> Iterator[Page]:
+    """A fresh page in a headless chromium that is closed on the way out, whatever happened; ``timezone_id``
+    (``"Asia/Kolkata"``) is the viewer's time zone, the machine's by default."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(_MISSING)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=list(LAUNCH_ARGS))
         try:
-            yield browser.new_page(viewport=VIEWPORT)
+            yield browser.new_page(viewport=VIEWPORT, timezone_id=timezone_id)
         finally:
             browser.close()
 

@@ -6,6 +6,7 @@ A read where every host failed renders the error page with 502; partial failures
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from pathlib import Path
@@ -14,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from aiohttp import web
 from markupsafe import Markup
 
+from . import overview
 from .charts import line_chart_svg
+from .aggregation import Json
 from .history import rates
 from .upstream import UpstreamError, Warnings
 
@@ -69,9 +72,11 @@ def _page(active: str) -> Callable[[PageHandler], PageHandler]:
 @_page("topics")
 async def topics_page(request: web.Request) -> web.Response:
     admin, warnings = _admin(request), Warnings()
-    topics = await admin.cluster.topic_names(warnings)
-    return _render(request, "topics.html", "topics", "Topics", warnings, topics=topics,
-                   rates=await _latest_rates(admin, topics))
+    names, snapshot = await asyncio.gather(admin.cluster.topic_names(warnings), _counts(admin, warnings))
+    rows = overview.topic_rows(names, snapshot, await _latest_rates(admin, names))
+    order = overview.sort_order(dict(request.query))
+    return _render(request, "topics.html", "topics", "Topics", warnings,
+                   topics=overview.sort_rows(rows, *order), order=order, next_order=overview.next_order)
 
 
 @_page("topics")
@@ -140,10 +145,20 @@ def _window(request: web.Request) -> str:
 async def _charts(admin: NSQAdmin, topic: str, channel: str, seconds: int) -> list[Markup]:
     samples = await admin.history.series(topic, channel, time.time() - seconds)
     depth = [(sample.ts, float(sample.depth)) for sample in samples]
-    charts = [line_chart_svg("Rate", rates(samples), unit="msg/s"), line_chart_svg("Depth", depth)]
+    charts = [line_chart_svg("Rate", rates(samples), unit="msg/s"), line_chart_svg("Depth", depth, unit="messages")]
     if channel:
-        charts.append(line_chart_svg("In-Flight", [(sample.ts, float(sample.in_flight)) for sample in samples]))
+        charts.append(line_chart_svg("In-Flight", [(sample.ts, float(sample.in_flight)) for sample in samples],
+                                     unit="messages"))
     return charts
+
+
+async def _counts(admin: NSQAdmin, warnings: Warnings) -> list[Json]:
+    """Every topic's counts; none (and a warning) when no nsqd answered, so that the names still show."""
+    try:
+        return await admin.cluster.topics_snapshot(warnings)
+    except UpstreamError as error:
+        warnings.append(str(error))
+        return []
 
 
 async def _latest_rates(admin: NSQAdmin, topics: list[str]) -> dict[str, float]:

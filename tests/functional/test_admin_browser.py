@@ -1,4 +1,5 @@
-"""The admin in a real browser: navigation by links, and a channel paused through the confirmation dialog.
+"""The admin in a real browser: navigation by links, a channel paused through the confirmation dialog, the topics
+table sorted by its headers, and the charts read under the pointer in the viewer's time zone.
 
 nsqlookupd, nsqd and the admin run as real processes on loopback; chromium runs the admin's own JavaScript, which
 is what the server-side tests cannot reach (the dialog, the fetch behind a button, the refresh of the live part).
@@ -34,7 +35,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[NSQDProcess, NSQDProcess]]:
         started.append(start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}",
                                   data_path=_directory(tmp_path / "nsqd")))
         started.append(start_admin(f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}",
-                                   data_path=_directory(tmp_path / "admin")))
+                                   "--history-interval=1s", data_path=_directory(tmp_path / "admin")))
         nsqd, admin = started[1], started[2]
         for n in range(3):
             assert nsqd.http("POST", f"/pub?topic={TOPIC}", f"order {n}".encode())[0] == 200
@@ -86,6 +87,82 @@ def test_pause_a_channel_from_its_page(cluster: tuple[NSQDProcess, NSQDProcess],
     assert _channel(nsqd)["paused"] is True
     # had Cancel gone ahead as well, its request would have been sent before the confirmed one
     assert posts == [f"/api/topics/{TOPIC}/{CHANNEL}"]
+
+
+@requires_chromium
+def test_topics_table_sorts_by_backlog_and_stays_sorted_through_refreshes(
+        cluster: tuple[NSQDProcess, NSQDProcess], tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    nsqd, admin = cluster
+    for name, count in (("browser_clicks", 40), ("browser_views", 10)):
+        assert nsqd.http("POST", f"/topic/create?topic={name}")[0] == 200
+        assert nsqd.http("POST", f"/channel/create?topic={name}&channel=slow")[0] == 200
+        assert nsqd.http("POST", f"/mpub?topic={name}", b"\n".join([b"event"] * count))[0] == 200
+    _wait_for(lambda: {"browser_clicks", "browser_views"} <= set(_json(admin, "/api/topics")["topics"]))
+    shots = Screenshots(tmp_path, request.node.name)
+    with chromium_page() as page, shots.on_failure(page):
+        page.goto(f"http://127.0.0.1:{admin.http_port}/topics")
+        rows = page.locator("table.topics-overview tbody tr")
+        expect(rows.first).to_contain_text("browser_clicks", timeout=WAIT_MS)  # by name at first
+        clicks = rows.filter(has_text="browser_clicks")
+        # depth, rate, channels, nodes, slowest channel, its backlog
+        expect(clicks.locator("td").nth(3)).to_have_text("1")
+        expect(clicks.locator("td").nth(4)).to_have_text("1")
+        expect(clicks.locator("td").nth(5)).to_have_text("slow")
+        expect(clicks.locator("td").nth(6)).to_have_text("40")
+        expect(clicks.locator("td").nth(2)).not_to_have_text("–", timeout=WAIT_MS * 2)  # a rate, once sampled
+
+        page.get_by_role("link", name="Backlog").click()
+        expect(page).to_have_url(re.compile(r"\?sort=backlog&order=desc$"), timeout=WAIT_MS)
+        names = ["browser_clicks", "browser_views", TOPIC]  # 40, 10 and 3 messages waiting
+        expect(rows.locator("td:first-child a")).to_have_text(names, timeout=WAIT_MS)
+        expect(page.locator('th[aria-sort="descending"]')).to_contain_text("Backlog")
+        shots.take(page, "by-backlog")
+
+        assert nsqd.http("POST", f"/mpub?topic={TOPIC}", b"\n".join([b"late"] * 100))[0] == 200
+        names = [TOPIC, "browser_clicks", "browser_views"]  # the live refresh re-sorts, same order asked
+        expect(rows.locator("td:first-child a")).to_have_text(names, timeout=WAIT_MS)
+        expect(page).to_have_url(re.compile(r"\?sort=backlog&order=desc$"))
+
+        page.get_by_role("link", name="Backlog").click()
+        expect(page).to_have_url(re.compile(r"\?sort=backlog&order=asc$"), timeout=WAIT_MS)
+        expect(rows.locator("td:first-child a")).to_have_text(list(reversed(names)), timeout=WAIT_MS)
+
+
+@requires_chromium
+def test_charts_read_in_the_viewers_time_zone_with_the_value_under_the_pointer(
+        cluster: tuple[NSQDProcess, NSQDProcess], tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    nsqd, admin = cluster
+    for round_ in range(6):  # traffic over a few of the admin's 1 s samples
+        assert nsqd.http("POST", f"/mpub?topic={TOPIC}", b"\n".join([b"order"] * (10 + 10 * round_)))[0] == 200
+        time.sleep(0.5)
+    shots = Screenshots(tmp_path, request.node.name)
+    with chromium_page(timezone_id="Asia/Kolkata") as page, shots.on_failure(page):
+        page.goto(f"http://127.0.0.1:{admin.http_port}/topics/{TOPIC}/{CHANNEL}")
+        zone = re.compile("^Asia/(Kolkata|Calcutta)$")  # chromium says it by its older name
+        expect(page.locator(".chart-zone .zone")).to_have_text(zone, timeout=WAIT_MS)
+        rate = page.locator("svg.chart").first
+        expect(rate.locator(".chart-title")).to_have_text("Rate (msg/s)")
+        labels = rate.locator(".chart-time")
+        expect(labels.first).to_be_visible(timeout=WAIT_MS)
+        for index in range(labels.count()):  # UTC+05:30: each label is its timestamp's time in Kolkata
+            label = labels.nth(index)
+            kolkata = time.gmtime(float(label.get_attribute("data-ts") or 0) + 5.5 * 3600)
+            shown = time.strftime("%H:%M:%S" if label.get_attribute("data-seconds") else "%H:%M", kolkata)
+            expect(label).to_have_text(shown)
+        font_size = rate.locator(".chart-label").first.evaluate("el => parseFloat(getComputedStyle(el).fontSize)")
+        scale = rate.evaluate("el => el.getBoundingClientRect().width / el.viewBox.baseVal.width")
+        assert font_size * scale >= 12  # labels read at about the page's own text size (14 px)
+
+        expect(rate.locator(".chart-readout")).to_contain_text("latest:")
+        box = rate.bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5, steps=4)
+        expect(rate.locator(".chart-pointer")).to_have_attribute("visibility", "visible")
+        expect(rate.locator(".chart-readout")).to_have_text(re.compile(r"^\d\d:\d\d:\d\d · [\d,.]+ msg/s$"))
+        shots.take(page, "pointer-on-rate")
+        page.mouse.move(5, 5)
+        expect(rate.locator(".chart-pointer")).to_have_attribute("visibility", "hidden")
+        expect(rate.locator(".chart-readout")).to_contain_text("latest:")
 
 
 def _record_posts(page: Page) -> list[str]:

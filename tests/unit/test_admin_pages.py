@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from markupsafe import Markup
 
-from services.admin.charts import line_chart_svg
+from services.admin import overview
+from services.admin.charts import format_value, line_chart_svg, value_ticks
 from services.admin.pages import Pages, commafy, duration_ns, format_datetime, nanos_to_human, percent, urlpart
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
@@ -45,11 +46,19 @@ def common(active: str = "topics", **overrides: Any) -> dict[str, Any]:
     return context
 
 
+def topics_context(names: list[str], rates: dict[str, float] | None = None, topics: list[Any] | None = None,
+                   sort: str = "topic", order: str = "") -> dict[str, Any]:
+    """What the topics page hands its template: rows from topic names (and aggregated topics), sorted."""
+    rows = overview.topic_rows(names, topics or [], rates or {})
+    chosen = overview.sort_order({"sort": sort, "order": order} if order else {"sort": sort})
+    return {"topics": overview.sort_rows(rows, *chosen), "order": chosen, "next_order": overview.next_order}
+
+
 def page_contexts() -> dict[str, dict[str, Any]]:
     """One realistic context per template."""
     counter_total = sum(c["message_count"] for c in reference("topic")["channels"])
     return {
-        "topics.html": {"topics": reference("topics")["topics"], "rates": {"sample_topic": 1.5}},
+        "topics.html": topics_context(reference("topics")["topics"], {"sample_topic": 1.5}, [reference("topic")]),
         "topic.html": {"topic": reference("topic"), "charts": [], "chart_window": "1h"},
         "channel.html": {"channel": reference("channel"), "charts": [], "chart_window": "1h"},
         "nodes.html": {"nodes": reference("nodes")["nodes"], "lookupd_count": 1},
@@ -107,7 +116,7 @@ def test_base_path_prefixes_every_link_and_asset(template: str) -> None:
     found = links(html)
     assert found
     for link in found:
-        assert link.startswith("/admin/") or link.startswith("?window="), link
+        assert link.startswith(("/admin/", "?window=", "?sort=")), link  # ? links keep the page's own path
     assert 'href="/admin/static/admin.css"' in html and 'src="/admin/static/admin.js"' in html
 
 
@@ -150,18 +159,18 @@ def test_user_is_shown() -> None:
 # --- topics --------------------------------------------------------------------------------------------------------
 
 def test_topics_lists_links_and_rates() -> None:
-    html = render("topics.html", topics=["sample_topic", "other"], rates={"sample_topic": 1234.5})
+    html = render("topics.html", **topics_context(["sample_topic", "other"], {"sample_topic": 1234.5}))
     assert '<a href="/topics/sample_topic">sample_topic</a>' in html
-    assert "1234.50" in html
+    assert "1,234.50" in html
     assert "–" in html  # no history yet for "other"
 
 
 def test_topics_empty() -> None:
-    assert "No Topics Found" in render("topics.html", topics=[], rates={})
+    assert "No Topics Found" in render("topics.html", **topics_context([]))
 
 
 def test_hostile_topic_name_is_escaped() -> None:
-    html = render("topics.html", topics=[EVIL], rates={})
+    html = render("topics.html", **topics_context([EVIL]))
     assert EVIL not in html and "&lt;script&gt;" in html
     topic = reference("topic")
     topic["topic_name"] = EVIL
@@ -447,7 +456,7 @@ def test_urlpart(segment: str, expected: str) -> None:
 
 
 def test_ephemeral_topic_links_are_encoded() -> None:
-    html = render("topics.html", topics=["t#ephemeral"], rates={})
+    html = render("topics.html", **topics_context(["t#ephemeral"]))
     assert '<a href="/topics/t%23ephemeral">t#ephemeral</a>' in html
 
 
@@ -472,17 +481,18 @@ def polyline(svg: str) -> list[tuple[float, float]]:
     return [(float(x), float(y)) for x, y in (pair.split(",") for pair in match[1].split())]
 
 
-def test_chart_is_markup_svg() -> None:
-    svg = line_chart_svg("Depth", [(1_700_000_000, 0), (1_700_000_060, 10)], unit="msgs")
+def test_chart_is_markup_svg_at_about_the_size_it_is_shown() -> None:
+    svg = line_chart_svg("Depth", [(1_700_000_000, 0), (1_700_000_060, 10)], unit="messages")
     assert isinstance(svg, Markup)
     assert svg.startswith("<svg") and svg.endswith("</svg>")
-    assert 'viewBox="0 0 600 160"' in svg
+    assert 'viewBox="0 0 600 240"' in svg
+    assert ">Depth (messages)</text>" in svg  # the unit in the title
 
 
 @pytest.mark.parametrize("points", [[], [(1_700_000_000.0, 5.0)]])
 def test_chart_without_enough_points(points: list[tuple[float, float]]) -> None:
     svg = line_chart_svg("Depth", points)
-    assert "no data yet" in svg and "<polyline" not in svg
+    assert "no data yet" in svg and "<polyline" not in svg and "data-points" not in svg
 
 
 def test_chart_points_scale_into_the_plot() -> None:
@@ -497,16 +507,48 @@ def test_chart_points_scale_into_the_plot() -> None:
     assert ys[2] == min(ys) and ys[0] == ys[4] == max(ys)  # the peak is highest on screen
 
 
-def test_chart_labels() -> None:
-    start, end = 1_700_000_000.0, 1_700_003_600.0
-    svg = line_chart_svg("Rate", [(start, 1.0), (end, 1234.0)], unit="msg/s")
-    assert ">1,234 msg/s</text>" in svg
-    assert f">{time.strftime('%H:%M', time.localtime(start))}</text>" in svg
-    assert f">{time.strftime('%H:%M', time.localtime(end))}</text>" in svg
+def test_chart_value_axis_has_round_ticks_and_the_latest_value_reads_exactly() -> None:
+    start = 1_700_000_000.0
+    svg = line_chart_svg("Rate", [(start, 1.0), (start + 3600, 1234.0)], unit="msg/s")
+    labels = re.findall(r'<text class="chart-label" [^>]*text-anchor="end">([^<]*)</text>', svg)
+    assert labels == ["0", "500", "1k", "1.5k"]
+    assert svg.count('class="chart-gridline"') == 4
+    assert ">latest: 1,234 msg/s</text>" in svg
+
+
+def test_chart_time_axis_has_round_times_in_utc_with_their_timestamps() -> None:
+    start = 1_700_000_130.0  # 22:15:30 UTC
+    svg = line_chart_svg("Rate", [(start, 1.0), (start + 3600, 2.0)])
+    times = re.findall(r'data-ts="([\d.]+)">([^<]*)</text>', svg)
+    assert [label for _, label in times] == ["22:20", "22:30", "22:40", "22:50", "23:00", "23:10"]
+    assert all(float(ts) % 600 == 0 and label == time.strftime("%H:%M", time.gmtime(float(ts))) for ts, label in times)
+
+
+
+def test_chart_carries_its_points_and_geometry_for_the_pointer() -> None:
+    svg = line_chart_svg("Depth", [(100.0, 2.0), (160.0, 7.5)], unit="messages")
+    points = json.loads(re.search(r'data-points="([^"]*)"', svg)[1].replace("&#34;", '"'))
+    assert points == [[100.0, 2.0], [160.0, 7.5]]
+    assert 'data-unit="messages"' in svg and 'data-span="100,160,8"' in svg and 'data-plot="60,34,586,210"' in svg
+    assert '<g class="chart-pointer" visibility="hidden">' in svg
+
+
+@pytest.mark.parametrize(("peak", "ticks"), [
+    (0.0, [0.0, 1.0]), (1.0, [0, 0.25, 0.5, 0.75, 1]), (7.0, [0, 2, 4, 6, 8]), (10.0, [0, 2.5, 5, 7.5, 10]),
+    (118.0, [0, 50, 100, 150]), (1234.0, [0, 500, 1000, 1500]), (0.03, [0, 0.01, 0.02, 0.03]),
+])
+def test_value_ticks_are_round(peak: float, ticks: list[float]) -> None:
+    assert value_ticks(peak) == ticks
+
+
+@pytest.mark.parametrize(("value", "text"), [(0, "0"), (2.5, "2.5"), (750, "750"), (1000, "1k"), (12_000, "12k"),
+                                             (1_500_000, "1.5M"), (0.125, "0.12")])
+def test_axis_labels_are_short(value: float, text: str) -> None:
+    assert format_value(value) == text
 
 
 def test_chart_sorts_points_and_handles_flat_or_equal_times() -> None:
-    assert polyline(line_chart_svg("x", [(2.0, 1.0), (1.0, 3.0)]))[0][0] < 50 + 10
+    assert polyline(line_chart_svg("x", [(2.0, 1.0), (1.0, 3.0)]))[0][0] < 60 + 10
     flat = line_chart_svg("x", [(1.0, 0.0), (1.0, 0.0)])
     assert "nan" not in flat and "inf" not in flat
 

@@ -1,4 +1,5 @@
-// nsqadmin pages: confirmed admin actions, the periodic refresh of <main id="live">, and the counter.
+// nsqadmin pages: confirmed admin actions, the periodic refresh of <main id="live">, the counter, and the charts'
+// value under the pointer and times in the viewer's time zone.
 // Pages are readable without this file; it only adds actions and liveness.
 (() => {
   "use strict";
@@ -8,6 +9,7 @@
   let pending = 0; // actions and refreshes in flight: a timed refresh waits for them
   let generation = 0; // each refresh's number: only the newest one may replace the view
   let chosen = null; // the button whose confirmation is being asked
+  let pointed = null; // the chart whose value under the pointer is shown: no refresh swaps it away meanwhile
 
   const banner = (text, kind = "error") => {
     const el = document.getElementById("action-error");
@@ -107,7 +109,7 @@
     const focused = document.activeElement;
     // someone typing into a form inside #live would lose the text to a swap
     const typing = focused && live() && live().contains(focused) && /^(INPUT|TEXTAREA|SELECT)$/.test(focused.tagName);
-    return pending > 0 || dialogOpen() || Boolean(typing);
+    return pending > 0 || dialogOpen() || Boolean(typing) || pointed !== null;
   };
 
   async function refresh() {
@@ -122,7 +124,10 @@
       if (type.startsWith("text/html")) {
         const html = await resp.text();
         // a dialog opened while this was loading refers to buttons that must stay in place
-        if (!dialogOpen() && mine === generation) main.innerHTML = html;
+        if (!dialogOpen() && mine === generation) {
+          main.innerHTML = html;
+          localizeCharts(main);
+        }
       }
     } catch (_) {
       // offline or the admin restarting: keep showing the last view and try again on the next tick
@@ -137,6 +142,64 @@
     if (!every) return;
     setInterval(() => { if (!busy() && document.visibilityState !== "hidden") refresh(); }, every);
   };
+
+  // --- charts ------------------------------------------------------------------------------------------------
+
+  const clock = (seconds) => new Intl.DateTimeFormat([], {hour: "2-digit", minute: "2-digit", hourCycle: "h23",
+                                                          second: seconds ? "2-digit" : undefined});
+  const readable = (value) => Number(value).toLocaleString(undefined, {maximumFractionDigits: value < 100 ? 2 : 0});
+
+  // the server labels times in UTC; the viewer reads them in their own time zone
+  const localizeCharts = (root) => {
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+    for (const label of root.querySelectorAll("svg.chart .chart-time[data-ts]")) {
+      label.textContent = clock(Boolean(label.dataset.seconds)).format(Number(label.dataset.ts) * 1000);
+    }
+    for (const name of root.querySelectorAll(".chart-zone .zone")) name.textContent = zone;
+  };
+
+  const numbers = (text) => text.split(",").map(Number);
+
+  const showValue = (svg, event) => {
+    const points = JSON.parse(svg.dataset.points);
+    const [left, top, right, bottom] = numbers(svg.dataset.plot);
+    const [start, end, yMax] = numbers(svg.dataset.span);
+    const span = end - start || 1;
+    const at = new DOMPoint(event.clientX, event.clientY).matrixTransform(svg.getScreenCTM().inverse());
+    const ts = start + (at.x - left) / (right - left) * span;
+    let nearest = points[0];
+    for (const point of points) if (Math.abs(point[0] - ts) < Math.abs(nearest[0] - ts)) nearest = point;
+    const x = left + (nearest[0] - start) / span * (right - left);
+    const y = bottom - Math.max(nearest[1], 0) / yMax * (bottom - top);
+    const pointer = svg.querySelector(".chart-pointer");
+    pointer.querySelector("line").setAttribute("x1", x);
+    pointer.querySelector("line").setAttribute("x2", x);
+    pointer.querySelector("circle").setAttribute("cx", x);
+    pointer.querySelector("circle").setAttribute("cy", y);
+    pointer.setAttribute("visibility", "visible");
+    const readout = svg.querySelector(".chart-readout");
+    if (readout.dataset.latest === undefined) readout.dataset.latest = readout.textContent;
+    readout.textContent = clock(true).format(nearest[0] * 1000) + " · " + readable(nearest[1]) +
+      (svg.dataset.unit ? " " + svg.dataset.unit : "");
+  };
+
+  const hideValue = () => {
+    if (!pointed) return;
+    pointed.querySelector(".chart-pointer").setAttribute("visibility", "hidden");
+    const readout = pointed.querySelector(".chart-readout");
+    if (readout.dataset.latest !== undefined) readout.textContent = readout.dataset.latest;
+    pointed = null;
+  };
+
+  // delegated, so charts swapped in by a refresh work too
+  document.addEventListener("pointermove", (event) => {
+    const svg = event.target.closest && event.target.closest("svg.chart[data-points]");
+    if (svg !== pointed) hideValue();
+    if (!svg) return;
+    pointed = svg;
+    showValue(svg, event);
+  });
+  document.addEventListener("pointerout", (event) => { if (!event.relatedTarget) hideValue(); });
 
   // --- counter -----------------------------------------------------------------------------------------------
 
@@ -178,6 +241,7 @@
     if (dialog) dialog.addEventListener("close", onDialogClose);
     const counter = document.getElementById("counter");
     if (counter && counter.dataset.url) startCounter(counter);
+    if (live()) localizeCharts(live());
     startRefresh();
   };
 
