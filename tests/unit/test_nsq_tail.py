@@ -5,29 +5,22 @@ from __future__ import annotations
 import asyncio
 import io
 import random
+from functools import partial
 
 import pytest
 
 from apps.nsq_tail import Options, Tail, default_channel
 from shared.client import Message
-from shared.flags import FlagError, parse_command_line
 from shared.names import is_valid_channel_name
+from tests.tool_flags import parsed, refused
 
 # -- flags -------------------------------------------------------------------------------------------------
 
 NSQD = "--nsqd-tcp-address=127.0.0.1:4150"
 
 
-def options(*argv: str) -> Options:
-    opts, _ = parse_command_line(Options, list(argv))
-    opts.validate()
-    return opts
-
-
-def flag_error(*argv: str) -> str:
-    with pytest.raises(FlagError) as info:
-        options(*argv)
-    return str(info.value)
+options = partial(parsed, Options)
+flag_error = partial(refused, Options)
 
 
 def test_flags_as_nsq_names_them() -> None:

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
+from functools import partial
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from apps.nsq_to_http import Options, get_url, parse_headers
-from shared.flags import FlagError, parse_command_line
+from tests.tool_flags import parsed, refused
 
 NSQD = "--nsqd-tcp-address=127.0.0.1:4150"
 POST = "--post=http://127.0.0.1:8080/in"
 
 
-def options(*argv: str) -> Options:
-    opts, _ = parse_command_line(Options, list(argv))
-    opts.validate()
-    return opts
-
-
-def flag_error(*argv: str) -> str:
-    with pytest.raises(FlagError) as info:
-        options(*argv)
-    return str(info.value)
+options = partial(parsed, Options)
+flag_error = partial(refused, Options)
 
 
 def test_nsq_defaults() -> None:

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 
 from apps.nsq_to_nsq import JsonFilter, Options
-from shared.flags import FlagError, parse_command_line
+from tests.tool_flags import parsed, refused
 
 NSQD = "--nsqd-tcp-address=127.0.0.1:4150"
 DESTINATION = "--destination-nsqd-tcp-address=127.0.0.1:5150"
 
 
-def options(*argv: str) -> Options:
-    opts, _ = parse_command_line(Options, list(argv))
-    opts.validate()
-    return opts
-
-
-def flag_error(*argv: str) -> str:
-    with pytest.raises(FlagError) as info:
-        options(*argv)
-    return str(info.value)
+options = partial(parsed, Options)
+flag_error = partial(refused, Options)
 
 
 def test_nsq_defaults() -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from apps.to_nsq import Options, RecordSplitter, StdinReader, Throttle, producer_settings
-from shared.flags import FlagError, parse_command_line
+from shared.flags import FlagError
+from tests.tool_flags import parsed, refused
 
 # -- record splitting --------------------------------------------------------------------------------------
 
@@ -99,16 +101,8 @@ def test_throttle_refills_between_records() -> None:
 
 # -- flags -------------------------------------------------------------------------------------------------
 
-def options(*argv: str) -> Options:
-    opts, _ = parse_command_line(Options, list(argv))
-    opts.validate()
-    return opts
-
-
-def flag_error(*argv: str) -> str:
-    with pytest.raises(FlagError) as info:
-        options(*argv)
-    return str(info.value)
+options = partial(parsed, Options)
+flag_error = partial(refused, Options)
 
 
 def test_flags_as_nsq_names_them() -> None:
