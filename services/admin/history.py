@@ -92,9 +92,30 @@ class History:
         async with self._connection.execute(sql, params) as cursor:
             return [Sample(float(row[0]), int(row[1]), int(row[2]), int(row[3])) async for row in cursor]
 
+    async def deepest_channel(self, topic: str, since: float, max_points: int = 360) -> list[tuple[float, float]]:
+        """At each sample time from ``since`` on, the largest depth among the topic's channels: the backlog of its
+        slowest one, oldest first. More than ``max_points`` are thinned as ``series`` does (each bucket's last)."""
+        async with self._connection.execute(
+                "SELECT ts, MAX(depth) FROM samples WHERE topic = ? AND channel != '' AND ts >= ? "
+                "GROUP BY ts ORDER BY ts", (topic, since)) as cursor:
+            points = [(float(row[0]), float(row[1])) async for row in cursor]
+        return keep_last_per_bucket(points, max_points)
+
     async def prune(self, before: float) -> int:
         """Deletes samples older than ``before``; returns how many."""
         async with self._connection.execute("DELETE FROM samples WHERE ts < ?", (before,)) as cursor:
             deleted = cursor.rowcount
         await self._connection.commit()
         return deleted
+
+
+def keep_last_per_bucket(points: list[tuple[float, float]], max_points: int) -> list[tuple[float, float]]:
+    """Points sorted by time, cut into ``max_points`` equal spans of time, each keeping its last point."""
+    if len(points) <= max_points:
+        return points
+    first, last = points[0][0], points[-1][0]
+    width = (last - first) / max_points or 1.0
+    kept: dict[int, tuple[float, float]] = {}
+    for point in points:
+        kept[min(int((point[0] - first) / width), max_points - 1)] = point
+    return list(kept.values())

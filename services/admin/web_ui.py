@@ -149,6 +149,9 @@ async def _charts(admin: NSQAdmin, topic: str, channel: str, seconds: int) -> li
     if channel:
         charts.append(line_chart_svg("In-Flight", [(sample.ts, float(sample.in_flight)) for sample in samples],
                                      unit="messages"))
+    else:  # a topic hands its messages on at once: where a backlog grows is in its channels
+        backlog = await admin.history.deepest_channel(topic, time.time() - seconds)
+        charts.append(line_chart_svg("Slowest channel's depth", backlog, unit="messages"))
     return charts
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
-from services.admin.history import History, Sample, rates, samples_from_stats
+from services.admin.history import History, Sample, keep_last_per_bucket, rates, samples_from_stats
 from services.admin.store import SCHEMA_VERSION, StoreError, open_store
 
 REFERENCE = Path(__file__).parent.parent / "reference"
@@ -70,6 +70,25 @@ async def test_a_days_series_is_downsampled_keeping_the_newest(store: aiosqlite.
     assert await history.series("t", "", 0.0, max_points=1) == [Sample(86390.0, 0, 8639, 0)]
     with pytest.raises(ValueError):
         await history.series("t", "", 0.0, max_points=0)
+
+
+async def test_deepest_channel_is_the_slowest_channels_backlog_at_each_sample(store: aiosqlite.Connection) -> None:
+    history = History(store)
+    await history.record(10.0, [("t", "", 0, 5, 0), ("t", "fast", 1, 5, 0), ("t", "slow", 4, 5, 0),
+                                ("other", "deep", 99, 9, 0)])
+    await history.record(20.0, [("t", "", 7, 9, 0), ("t", "fast", 12, 9, 0), ("t", "slow", 8, 9, 0)])
+    await history.record(30.0, [("t", "", 0, 9, 0)])  # no channels then: no point
+    assert await history.deepest_channel("t", 0.0) == [(10.0, 4.0), (20.0, 12.0)]  # not the topic's own depth
+    assert await history.deepest_channel("t", 15.0) == [(20.0, 12.0)]
+    assert await history.deepest_channel("none", 0.0) == []
+
+
+def test_thinning_keeps_each_buckets_last_point() -> None:
+    points = [(float(ts), float(ts % 7)) for ts in range(100)]
+    thinned = keep_last_per_bucket(points, 10)
+    assert len(thinned) == 10 and thinned[-1] == points[-1]
+    assert [ts for ts, _ in thinned] == [9.0, 19.0, 29.0, 39.0, 49.0, 59.0, 69.0, 79.0, 89.0, 99.0]
+    assert keep_last_per_bucket(points[:5], 10) == points[:5]
 
 
 async def test_samples_at_one_instant_downsample_to_one(store: aiosqlite.Connection) -> None:
