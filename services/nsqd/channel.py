@@ -22,7 +22,7 @@ from shared.names import is_ephemeral
 
 from .client import STATE_SUBSCRIBED
 from .deadline_queue import DeadlineQueue
-from .e2e import DISABLED, LatencyWindow
+from .latency_window import DISABLED, LatencyWindow
 from .message import ChannelEntry, DeferredMessage, InFlightMessage, decode, encode
 
 if TYPE_CHECKING:

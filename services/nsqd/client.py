@@ -85,9 +85,6 @@ class Client:
     def __repr__(self) -> str:
         return f"{self.remote_address}"
 
-    def can_receive(self) -> bool:
-        return self.state == STATE_SUBSCRIBED and self.in_flight_count < self.ready_count
-
     def send_message(self, msg: InFlightMessage) -> None:
         self.in_flight_count += 1
         self.message_count += 1

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 from shared.names import is_ephemeral
 
 from .channel import Channel
-from .e2e import DISABLED, summarize
+from .latency_window import DISABLED, summarize
 from .guid import GuidFactory
 from .message import TopicEntry, decode, encode
 

@@ -8,7 +8,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_admin, start_lookupd, start_nsqd
+from tests.processes import NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for
 
 ADMIN_USER = {"X-Forwarded-User": "alice"}
 
@@ -41,13 +41,6 @@ class Cluster:
         return start_admin(*sources, *flags, data_path=data_path)
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s")
-        time.sleep(0.05)
-    return result
 
 
 def get_json(process: NSQDProcess, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import Page, Request, expect
 
 from tests.browser import Screenshots, chromium_page, requires_chromium
-from tests.processes import NSQDProcess, start_admin, start_lookupd, start_nsqd
+from tests.processes import NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for
 
 TOPIC = "browser_orders"
 CHANNEL = "archive"
@@ -41,7 +41,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[NSQDProcess, NSQDProcess]]:
             assert nsqd.http("POST", f"/pub?topic={TOPIC}", f"order {n}".encode())[0] == 200
         assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}")[0] == 200
         # nsqd registers with nsqlookupd in the background; the admin only knows what nsqlookupd knows
-        _wait_for(lambda: TOPIC in _json(admin, "/api/topics").get("topics", []))
+        wait_for(lambda: TOPIC in _json(admin, "/api/topics").get("topics", []))
         yield nsqd, admin
     finally:
         for process in reversed(started):
@@ -97,7 +97,7 @@ def test_topics_table_sorts_by_backlog_and_stays_sorted_through_refreshes(
         assert nsqd.http("POST", f"/topic/create?topic={name}")[0] == 200
         assert nsqd.http("POST", f"/channel/create?topic={name}&channel=slow")[0] == 200
         assert nsqd.http("POST", f"/mpub?topic={name}", b"\n".join([b"event"] * count))[0] == 200
-    _wait_for(lambda: {"browser_clicks", "browser_views"} <= set(_json(admin, "/api/topics")["topics"]))
+    wait_for(lambda: {"browser_clicks", "browser_views"} <= set(_json(admin, "/api/topics")["topics"]))
     shots = Screenshots(tmp_path, request.node.name)
     with chromium_page() as page, shots.on_failure(page):
         page.goto(f"http://127.0.0.1:{admin.http_port}/topics")
@@ -191,11 +191,6 @@ def _json(process: NSQDProcess, path: str) -> dict[str, Any]:
     return json.loads(body)  # type: ignore[no-any-return]
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def _directory(path: Path) -> Path:

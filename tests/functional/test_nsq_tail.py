@@ -8,15 +8,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import FAST_SCAN
-from tests.processes import ROOT, NSQDProcess, start_lookupd, start_nsqd
+from tests.processes import ROOT, NSQDProcess, start_lookupd, start_nsqd, wait_for
 
 TIMEOUT = 30
 
@@ -62,12 +61,6 @@ def channels(nsqd: NSQDProcess, topic: str) -> dict[str, dict[str, Any]]:
     return {channel["channel_name"]: channel for stats in topics for channel in stats["channels"] or []}
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 10) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-    return result
 
 
 def lines(stdout: bytes) -> list[bytes]:

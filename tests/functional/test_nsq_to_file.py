@@ -12,12 +12,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from tests import processes
 from tests.processes import ROOT, NSQDProcess, ToolProcess, finished, start_lookupd, start_nsqd
 
 CHANNEL = "nsq_to_file"
@@ -48,12 +50,7 @@ def drained(nsqd: NSQDProcess, topic: str, count: int) -> bool:
     return bool(stats) and stats["message_count"] == count and finished(stats) == count
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert result, f"timed out waiting for {condition}"
-    return result
+wait_for = partial(processes.wait_for, timeout=20.0)  # archiving thousands of messages takes a while here
 
 
 def files(directory: Path) -> list[Path]:
@@ -228,7 +225,7 @@ async def test_sigterm_mid_stream_finishes_only_what_is_archived(
 
     second = archivers("--topic=stream", nsqd_address(nsqd), f"--output-dir={tmp_path / 'second'}",
                        "--sync-interval=100ms")
-    await asyncio.to_thread(wait_for, lambda: drained(nsqd, "stream", total), 40)
+    await asyncio.to_thread(wait_for, lambda: drained(nsqd, "stream", total), timeout=40)
     assert second.stop() == 0
     second_run = lines(tmp_path / "second")
     assert set(first_run) | set(second_run) == set(sent)
@@ -250,7 +247,7 @@ async def test_sigkill_mid_stream_loses_nothing(nsqd_factory: Callable[..., NSQD
 
     second = archivers("--topic=stream", nsqd_address(nsqd), f"--output-dir={tmp_path / 'second'}",
                        "--sync-interval=100ms")
-    await asyncio.to_thread(wait_for, lambda: drained(nsqd, "stream", total), 40)
+    await asyncio.to_thread(wait_for, lambda: drained(nsqd, "stream", total), timeout=40)
     assert second.stop() == 0
     assert set(first_run) | set(lines(tmp_path / "second")) == published
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from shared.protocol.frames import Message
-from tests.processes import ROOT, NSQDProcess
+from tests.processes import ROOT, NSQDProcess, wait_for
 from tests.wire import WireClient
 
 
@@ -162,10 +162,3 @@ def test_sigint_and_sigterm_stop_reading_and_exit_0(nsqd: NSQDProcess) -> None:
         finally:
             process.kill()
             process.communicate()
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)

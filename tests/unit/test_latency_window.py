@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from services.nsqd.e2e import DISABLED, RESERVOIR_SIZE, LatencyWindow, summarize
+from services.nsqd.latency_window import DISABLED, RESERVOIR_SIZE, LatencyWindow, summarize
 
 WINDOW = 10.0  # halves of 5 s
 
