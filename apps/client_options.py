@@ -1,13 +1,15 @@
-"""The tools' client flags: where a consumer reads from (``--nsqd-tcp-address`` or ``--lookupd-http-address``),
-and ``--producer-opt`` and ``--consumer-opt``, go-nsq Config options given as ``key,value`` as NSQ's tools take
-them, turned into keyword arguments of ``Producer`` and ``Consumer``. Options this client cannot honour are
-refused with the list of those it can, rather than ignored."""
+"""The tools' client side: where a consumer reads from (``--nsqd-tcp-address`` or ``--lookupd-http-address``);
+``--producer-opt`` and ``--consumer-opt``, go-nsq Config options given as ``key,value`` as NSQ's tools take them,
+turned into keyword arguments of ``Producer`` and ``Consumer`` (options this client cannot honour are refused with
+the list of those it can, rather than ignored); and running a tool's consumers until it is told to stop."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable
 
 from shared.addresses import split_host_port
+from shared.client import Consumer
 from shared.flags import FlagError, parse_duration
 from shared.names import go_quote
 
@@ -86,3 +88,14 @@ def _settings(items: list[str], known: dict[str, tuple[str, Callable[[str], Any]
             raise FlagError(f"invalid value {go_quote(item)} for flag -{flag}: failed to coerce option {key} "
                             f"({value}) - {error}") from None
     return settings
+
+
+async def run_consumers(consumers: list[Consumer], stopping: asyncio.Event) -> None:
+    """Starts the consumers, waits for ``stopping`` (SIGINT, SIGTERM, or the tool's own end), then stops them
+    once what they hold was answered."""
+    try:
+        for consumer in consumers:
+            await consumer.start()
+        await stopping.wait()
+    finally:
+        await asyncio.gather(*(consumer.stop() for consumer in consumers))

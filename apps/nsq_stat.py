@@ -28,7 +28,7 @@ from urllib.parse import urlencode
 import aiohttp
 
 from shared.addresses import join_host_port
-from shared.flags import FlagError, option
+from shared.flags import FlagError, option, require_positive
 from shared.log_format import describe
 from shared.program import ProgramOptions, run_tool
 from shared.version import VERSION, version_line
@@ -63,9 +63,7 @@ class Options(ProgramOptions):
         super().validate()
         if not self.topic or not self.channel:
             raise FlagError("--topic and --channel are required")
-        for name in ("interval", "http_client_connect_timeout", "http_client_request_timeout"):
-            if getattr(self, name) <= 0:
-                raise FlagError(f"--{name.replace('_', '-')} should be positive")
+        require_positive(self, "interval", "http_client_connect_timeout", "http_client_request_timeout")
         if self.count < 0:  # 0 is the default, forever (NSQ refuses an explicit 0 too)
             raise FlagError("--count should be positive")
         self._validate_addresses()

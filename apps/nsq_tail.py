@@ -35,7 +35,7 @@ from shared.names import is_valid_channel_name, is_valid_topic_name
 from shared.program import ProgramOptions, run_tool
 from shared.version import VERSION, version_line
 
-from .client_options import check_sources, consumer_settings
+from .client_options import check_sources, consumer_settings, run_consumers
 
 log = logging.getLogger("nsq_tail")
 
@@ -138,11 +138,8 @@ async def run(opts: Options, stopping: asyncio.Event) -> int:
     tail = Tail(sys.stdout.buffer, opts.n, opts.print_topic, stopping)
     consumers = _consumers(opts, tail)
     try:
-        for consumer in consumers:
-            await consumer.start()
-        await stopping.wait()
+        await run_consumers(consumers, stopping)
     finally:
-        await asyncio.gather(*(consumer.stop() for consumer in consumers))
         tail.flush()
     if tail.error is not None:
         _discard_stdout()

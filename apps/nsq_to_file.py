@@ -37,7 +37,7 @@ import aiohttp
 
 from shared.client import Consumer, Message
 from shared.client.lookupd import lookupd_url
-from shared.flags import FlagError, option
+from shared.flags import FlagError, option, require_positive
 from shared.log_format import describe
 from shared.names import is_valid_name
 from shared.program import ProgramOptions, run_tool
@@ -100,9 +100,7 @@ class Options(ProgramOptions):
         super().validate()
         if not self.channel:
             raise FlagError("--channel is required")
-        for name in ("http_client_connect_timeout", "http_client_request_timeout"):
-            if getattr(self, name) <= 0:
-                raise FlagError(f"--{name.replace('_', '-')} should be positive")
+        require_positive(self, "http_client_connect_timeout", "http_client_request_timeout")
         if not self.nsqd_tcp_address and not self.lookupd_http_address:
             raise FlagError("--nsqd-tcp-address or --lookupd-http-address required.")
         if self.nsqd_tcp_address and self.lookupd_http_address:
@@ -124,9 +122,7 @@ class Options(ProgramOptions):
             re.compile(self.topic_pattern)
         except re.error as error:
             raise FlagError(f"--topic-pattern is invalid - {error}") from None
-        for name in ("max_in_flight", "sync_interval", "topic_refresh"):
-            if getattr(self, name) <= 0:
-                raise FlagError(f"--{name.replace('_', '-')} should be positive")
+        require_positive(self, "max_in_flight", "sync_interval", "topic_refresh")
         if "<REV>" not in self.filename_format and rev_required(
                 self.gzip, self.rotate_size, self.rotate_interval, self.work_directory, self.output_dir):
             raise FlagError(REV_REQUIRED)

@@ -25,13 +25,14 @@ import aiohttp
 from yarl import URL
 
 from shared.client import Message
-from shared.flags import FlagError, option
+from shared.flags import FlagError, option, require_positive
 from shared.names import is_valid_topic_name
 from shared.program import run_tool
 from shared.version import VERSION, version_line
 
+from .client_options import run_consumers
 from .destinations import Destinations
-from .relay import Relay, RelayOptions, run_relay
+from .relay import Relay, RelayOptions
 
 log = logging.getLogger("nsq_to_http")
 
@@ -87,9 +88,7 @@ class Options(RelayOptions):
                     raise FlagError(f"--{flag} {url!r}: not an http:// or https:// URL")
         if self.n < 1:
             raise FlagError("--n must be at least 1")
-        for name in ("http_client_connect_timeout", "http_client_request_timeout"):
-            if getattr(self, name) <= 0:
-                raise FlagError(f"--{name.replace('_', '-')} should be positive")
+        require_positive(self, "http_client_connect_timeout", "http_client_request_timeout")
 
 
 def parse_headers(items: list[str]) -> dict[str, str]:
@@ -109,7 +108,7 @@ def get_url(template: str, body: bytes) -> URL:
 
 
 class HttpSender:
-    """Sends message bodies over one pool of at most ``connections`` HTTP connections; a request that was not
+    """Sends message bodies over one pool of at most ``--n`` HTTP connections; a request that was not
     answered 2xx within the timeouts raises."""
 
     def __init__(self, opts: Options) -> None:
@@ -141,7 +140,7 @@ class DeliveryRefused(Exception):
     """The destination answered, but not with a 2xx."""
 
 
-async def run(opts: Options, stopping: asyncio.Event) -> int:
+async def run(opts: Options, stopping: asyncio.Event) -> None:
     sender = HttpSender(opts)
     relay = Relay(Destinations(opts.post or opts.get, opts.mode), opts.status_every, log)
 
@@ -151,7 +150,7 @@ async def run(opts: Options, stopping: asyncio.Event) -> int:
         await relay.deliver(message, lambda address: sender.send(address, message.body))
 
     try:
-        return await run_relay([opts.consumer(opts.topic, handle, opts.n, USER_AGENT)], stopping)
+        await run_consumers([opts.consumer(opts.topic, handle, opts.n, USER_AGENT)], stopping)
     finally:
         await sender.close()
 

@@ -31,9 +31,9 @@ from shared.names import is_valid_topic_name
 from shared.program import run_tool
 from shared.version import VERSION, version_line
 
-from .client_options import check_tcp_addresses, producer_settings
+from .client_options import check_tcp_addresses, producer_settings, run_consumers
 from .destinations import Destinations
-from .relay import Relay, RelayOptions, run_relay
+from .relay import Relay, RelayOptions
 
 log = logging.getLogger("nsq_to_nsq")
 
@@ -124,7 +124,7 @@ def _go_number(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-async def run(opts: Options, stopping: asyncio.Event) -> int:
+async def run(opts: Options, stopping: asyncio.Event) -> None:
     settings = {**producer_settings(opts.producer_opt), "user_agent": USER_AGENT}
     producers = {address: Producer(address, **settings) for address in opts.destination_nsqd_tcp_address}
     relay = Relay(Destinations(opts.destination_nsqd_tcp_address, opts.mode), opts.status_every, log)
@@ -142,7 +142,7 @@ async def run(opts: Options, stopping: asyncio.Event) -> int:
     consumers = [opts.consumer(topic, handler(opts.destination_topic or topic), opts.max_in_flight, USER_AGENT)
                  for topic in opts.topic]
     try:
-        return await run_relay(consumers, stopping)
+        await run_consumers(consumers, stopping)
     finally:
         await asyncio.gather(*(producer.close() for producer in producers.values()))
 

@@ -99,14 +99,3 @@ class Relay:
         self.destinations.mark(name, True, loop.time())
         self._per_address[name].record(loop.time() - started)
         return True
-
-
-async def run_relay(consumers: list[Consumer], stopping: asyncio.Event) -> int:
-    """Runs the consumers until SIGINT/SIGTERM, then stops them once what they hold was answered."""
-    try:
-        for consumer in consumers:
-            await consumer.start()
-        await stopping.wait()
-    finally:
-        await asyncio.gather(*(consumer.stop() for consumer in consumers))
-    return 0

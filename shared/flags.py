@@ -107,6 +107,13 @@ def option(default: Any, help: str, *, flag: str | None = None, kind: str | None
     return field(default=default, metadata=metadata)
 
 
+def require_positive(options: object, *names: str) -> None:
+    """FlagError ``--name should be positive`` (NSQ's words) for the first of the named options that is not."""
+    for name in names:
+        if getattr(options, name) <= 0:
+            raise FlagError(f"--{name.replace('_', '-')} should be positive")
+
+
 def flag_specs(options_type: type) -> list[FlagSpec]:
     specs = []
     for f in dataclasses.fields(options_type):

@@ -16,8 +16,8 @@ from aiohttp import web
 from markupsafe import Markup
 
 from . import overview
-from .charts import line_chart_svg
 from .aggregation import Json
+from .charts import line_chart_svg
 from .history import rates
 from .upstream import UpstreamError, Warnings
 
