@@ -34,8 +34,7 @@ class ConnectionV1(asyncio.Protocol):
         self.transport: asyncio.Transport
         self.remote_address = ""
         self.peer: PeerInfo | None = None
-        self._magic = b""
-        self._parser = LookupCommandParser()
+        self._parser = LookupCommandParser(MAGIC_V1)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -53,17 +52,6 @@ class ConnectionV1(asyncio.Protocol):
                              *registration)
 
     def data_received(self, data: bytes) -> None:
-        if len(self._magic) < len(MAGIC_V1):
-            needed = len(MAGIC_V1) - len(self._magic)
-            self._magic += data[:needed]
-            data = data[needed:]
-            if len(self._magic) < len(MAGIC_V1):
-                return
-            if self._magic != MAGIC_V1:
-                log.error("client(%s) bad protocol magic %r", self.remote_address, self._magic.decode("latin-1"))
-                self.transport.write(encode_response(b"E_BAD_PROTOCOL"))
-                self.transport.close()
-                return
         out = []
         for command in self._parser.feed(data):
             try:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from shared.names import is_ephemeral
 
-from .client import STATE_SUBSCRIBED
 from .deadline_queue import DeadlineQueue
 from .latency_window import DISABLED, LatencyWindow
 from .message import ChannelEntry, DeferredMessage, InFlightMessage, decode, encode
@@ -241,8 +240,7 @@ class Channel:
 
     def update_ready(self, client: Client) -> None:
         """Call after anything that changes whether ``client`` may receive (RDY, FIN, REQ, CLS, timeout)."""
-        if client.state == STATE_SUBSCRIBED and client.in_flight_count < client.ready_count \
-                and not client.write_paused and client.id in self.clients:
+        if client.has_room and client.id in self.clients:
             if client not in self._ready:
                 self._ready[client] = None
             if self.memory or self.backend_depth:
@@ -268,16 +266,14 @@ class Channel:
         if msg is None or msg.client is not client:
             raise ChannelError("ID not in flight" if msg is None else "client does not own message")
         self.in_flight.pop(msg_id)
-        client.in_flight_count -= 1
-        client.finish_count += 1
+        client.finished()
         if self.e2e is not None:
             self.e2e.add(time.time_ns() - msg.timestamp, time.monotonic())
 
     def requeue(self, client: Client, msg_id: bytes, delay: float) -> None:
         msg = self._owned(client, msg_id)
         self.in_flight.pop(msg_id)
-        client.in_flight_count -= 1
-        client.requeue_count += 1
+        client.requeued()
         self.requeue_count += 1
         if delay > 0:
             self.deferred.push(DeferredMessage(msg.entry(), time.monotonic() + delay))
@@ -297,10 +293,8 @@ class Channel:
         expired = self.in_flight.pop_expired(now)
         for msg in expired:
             self.timeout_count += 1
-            client = msg.client
-            client.in_flight_count -= 1
             self.put(msg.entry())
-            self.update_ready(client)
+            msg.client.timed_out()
         return bool(expired)
 
     def process_deferred(self, now: float) -> bool:
@@ -326,8 +320,7 @@ class Channel:
         self.in_flight.clear()
         self.deferred.clear()
         for client in self.clients.values():
-            client.in_flight_count = 0
-            self.update_ready(client)
+            client.emptied()
 
     def delete(self) -> None:
         """Closes the clients and removes every message and file."""

@@ -1,4 +1,5 @@
-"""One client connection's state: protocol state, negotiated settings, counters, and its output buffer.
+"""One connected client as nsqd sees it: negotiated settings, counters, readiness and its output buffer (its
+protocol state is its session's, ``shared.protocol.session_v2``).
 
 Message frames are appended to the output buffer and written at the end of the event-loop turn in which they
 were queued (or at once when the buffer reaches ``output_buffer_size``). Under load a turn carries many
@@ -10,6 +11,7 @@ of processing the bytes that caused them.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -18,20 +20,15 @@ from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MESSAG
 from .tls import connection_stats
 
 if TYPE_CHECKING:
-    import asyncio
     import ssl
 
     from shared.protocol.compression import Codec
+    from shared.protocol.session_v2 import SessionV2
 
     from .auth import AuthState
     from .channel import Channel
+    from .identify import Identity
     from .message import InFlightMessage
-
-STATE_INIT = 0
-STATE_DISCONNECTED = 1
-STATE_CONNECTED = 2
-STATE_SUBSCRIBED = 3
-STATE_CLOSING = 4
 
 _pack_message_header = MESSAGE_FRAME_HEADER.pack
 _FRAME_TYPE_MESSAGE = 2
@@ -40,17 +37,21 @@ _OK_FRAME = encode_frame(FRAME_TYPE_RESPONSE, OK)  # the answer to every publish
 
 
 class Client:
+    """A connected client as nsqd sees it. Only its own methods change its settings, counters and readiness; the
+    channel and the connection read them."""
+
     def __init__(self, client_id: int, transport: asyncio.Transport, remote_address: str,
                  request_flush: Callable[[Client], None], close: Callable[[], None],
-                 defaults: ClientDefaults) -> None:
+                 defaults: ClientDefaults, session: SessionV2) -> None:
         self.id = client_id
+        # the protocol's side of the client: its state and the rules its commands pass
+        self.session = session
         self.transport = transport
         self.remote_address = remote_address
         host = remote_address.rsplit(":", 1)[0]
         self.client_id = host
         self.hostname = host
         self.user_agent = ""
-        self.state = STATE_INIT
         self.connect_ts = int(time.time())
         self.channel: Channel | None = None
 
@@ -84,6 +85,84 @@ class Client:
 
     def __repr__(self) -> str:
         return f"{self.remote_address}"
+
+    # -- what the client asked for -----------------------------------------------------------------------------
+
+    def identify(self, identity: Identity) -> None:
+        self.client_id, self.hostname, self.user_agent = identity.client_id, identity.hostname, identity.user_agent
+        self.heartbeat_interval = identity.heartbeat_interval
+        self.output_buffer_size = identity.output_buffer_size
+        self.output_buffer_timeout = identity.output_buffer_timeout
+        self.sample_rate = identity.sample_rate
+        self.msg_timeout = identity.msg_timeout
+
+    def authenticated(self, auth: AuthState, secret: str) -> None:
+        self.auth, self.auth_secret = auth, secret
+
+    def upgraded_to_tls(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.tls = transport.get_extra_info("ssl_object")
+
+    def compress_with(self, codec: Codec) -> None:
+        self.codec = codec
+
+    def subscribe(self, channel: Channel) -> None:
+        """Joins ``channel``; ChannelError if it refuses."""
+        channel.add_client(self)
+        self.channel = channel
+
+    def set_ready(self, count: int) -> None:
+        self.ready_count = count
+        self.update_ready()
+
+    def start_close(self) -> None:
+        """CLS: no more messages; the ones in flight may still be finished."""
+        self.ready_count = 0
+        self.update_ready()
+
+    def leave_channel(self) -> None:
+        """The connection is closing or lost: the client leaves its channel now, not once its socket drained."""
+        if self.channel is not None:
+            self.channel.remove_client(self)
+
+    def published(self, topic: str, count: int) -> None:
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
+
+    def set_write_paused(self, paused: bool) -> None:
+        """While the socket's send buffer is full no message is sent (NSQ's pump blocks in write)."""
+        self.write_paused = paused
+        self.update_ready()
+
+    # -- what the channel did with its messages ----------------------------------------------------------------
+
+    def finished(self) -> None:
+        self.in_flight_count -= 1
+        self.finish_count += 1
+
+    def requeued(self) -> None:
+        self.in_flight_count -= 1
+        self.requeue_count += 1
+
+    def timed_out(self) -> None:
+        self.in_flight_count -= 1
+        self.update_ready()
+
+    def emptied(self) -> None:
+        """The channel dropped every message, the ones in flight to this client included."""
+        self.in_flight_count = 0
+        self.update_ready()
+
+    @property
+    def has_room(self) -> bool:
+        """Whether the client may receive a message now: RDY is a window, not a counter."""
+        return self.in_flight_count < self.ready_count and not self.write_paused
+
+    def update_ready(self) -> None:
+        """Tells the channel whether the client has room now (after RDY, CLS, a timeout, or a run of FINs)."""
+        if self.channel is not None:
+            self.channel.update_ready(self)
+
+    # -- bytes out ---------------------------------------------------------------------------------------------
 
     def send_message(self, msg: InFlightMessage) -> None:
         self.in_flight_count += 1
@@ -126,14 +205,11 @@ class Client:
             if not self.transport.is_closing():
                 self.transport.write(out if self.codec is None else self.codec.compress(out))
 
-    def published(self, topic: str, count: int) -> None:
-        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
-
     def stats(self) -> dict[str, Any]:
         """The client's object in /stats, with NSQ's field names (optional fields only when set)."""
         stats: dict[str, Any] = {
             "client_id": self.client_id, "hostname": self.hostname, "version": "V2",
-            "remote_address": self.remote_address, "state": self.state, "ready_count": self.ready_count,
+            "remote_address": self.remote_address, "state": int(self.session.state), "ready_count": self.ready_count,
             "in_flight_count": self.in_flight_count, "message_count": self.message_count,
             "finish_count": self.finish_count, "requeue_count": self.requeue_count,
             "connect_ts": self.connect_ts, "sample_rate": self.sample_rate,
@@ -147,6 +223,23 @@ class Client:
             stats.update(authed=True, auth_identity=self.auth.identity, auth_identity_url=self.auth.identity_url)
         stats.update(connection_stats(self.tls))
         return stats
+
+
+class EndOfTurnFlush:
+    """Writes the buffered output of every client that asked, once each, at the end of the event-loop turn."""
+
+    def __init__(self) -> None:
+        self._waiting: list[Client] = []
+
+    def request(self, client: Client) -> None:
+        if not self._waiting:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._waiting.append(client)
+
+    def _flush(self) -> None:
+        clients, self._waiting = self._waiting, []
+        for client in clients:
+            client.flush()
 
 
 class ClientDefaults:

@@ -24,13 +24,13 @@ from shared.version import VERSION
 from . import identify, metadata, tls
 from .busy_poll import BusyPoll
 from .channel import Channel
-from .client import Client
+from .client import Client, EndOfTurnFlush
 from .disk_queue import Storage
 from .http_api import build_router, tls_required
 from .http_server import HTTPService
 from .metadata import DataPathLock
 from .options import Options
-from .protocol_v2 import ConnectionV2
+from .protocol_v2 import ConnectionV2, ListenerContext
 from .queue_scan import QueueScanner
 from .stats import GCPauses
 from .topic import Topic
@@ -53,14 +53,11 @@ class NSQD:
         self.start_time = int(time.time())
         self.topics: dict[str, Topic] = {}
         self.connections: set[ConnectionV2] = set()
-        self.client_defaults = identify.defaults(opts)
         self.metrics = PrometheusEndpoint(self._metrics_collector)
         self.gc_pauses = GCPauses()
         self.tcp_address: tuple[str, int] = ("", 0)
         self.http_address: tuple[str, int] = ("", 0)
         self._client_ids = itertools.count(1)
-        self.busy_poll = BusyPoll()
-        self._flush_queue: list[Client] = []
         self._tcp_server: asyncio.AbstractServer | None = None
         # the HTTP and HTTPS listeners, each with the service that holds its connections
         self._http_servers: list[tuple[asyncio.AbstractServer, HTTPService]] = []
@@ -68,6 +65,8 @@ class NSQD:
         # the certificate clients upgrade to after IDENTIFY, and HTTPS serves
         self.tls_context = tls.server_context(opts)
         self.auth_client = _auth_client(opts) if opts.auth_http_addresses else None
+        self._tcp_context = ListenerContext(opts, identify.defaults(opts), self.tls_context, self.auth_client,
+                                            EndOfTurnFlush(), BusyPoll())
         self._scanner = QueueScanner(opts, self.channels)
         self._scan_task: asyncio.Task[None] | None = None
         self.data_path = Path(opts.data_path or os.getcwd())
@@ -97,7 +96,9 @@ class NSQD:
         metadata.save(self.data_path, metadata.snapshot(self.topics))  # nothing is served yet: blocking is fine
         self._metadata_task = asyncio.create_task(self._write_metadata_when_changed(), name="metadata")
         self._sync_task = asyncio.create_task(self._sync_disk_queues(), name="disk-sync")
-        self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address, lambda: ConnectionV2(self), log)
+        context = self._tcp_context
+        self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address,
+                                                              lambda: ConnectionV2(self, context), log)
         router = build_router(self)
         if self.tls_context is not None and self.opts.https_address:
             service = HTTPService(router, log)
@@ -154,19 +155,12 @@ class NSQD:
 
     # -- clients ---------------------------------------------------------------------------------------------
 
-    def next_client_id(self) -> int:
+    def connected(self, connection: ConnectionV2) -> int:
+        self.connections.add(connection)
         return next(self._client_ids)
 
-    def request_flush(self, client: Client) -> None:
-        """Write ``client``'s buffered messages at the end of this event-loop turn."""
-        if not self._flush_queue:
-            asyncio.get_running_loop().call_soon(self._flush_clients)
-        self._flush_queue.append(client)
-
-    def _flush_clients(self) -> None:
-        clients, self._flush_queue = self._flush_queue, []
-        for client in clients:
-            client.flush()
+    def disconnected(self, connection: ConnectionV2) -> None:
+        self.connections.discard(connection)
 
     def producers(self, topic: str | None) -> Iterator[Client]:
         for connection in self.connections:

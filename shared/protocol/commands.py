@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Callable, NamedTuple
 
-from .errors import FatalClientError
+from .errors import BadProtocolError, FatalClientError
 
 # nsqd reads command lines through a 16 KiB buffer; a longer line cannot be a command
 MAX_LINE_LENGTH = 16 * 1024
@@ -47,6 +47,35 @@ def _failed(name: bytes, args: list[bytes], code: str, description: str) -> Comm
     return _new(Command, (name, args, b"", None, FatalClientError(code, description)))
 
 
+class Magic:
+    """The four bytes a client sends first, naming the protocol it speaks."""
+
+    def __init__(self, expected: bytes) -> None:
+        self.expected = expected
+        self.seen = b""
+
+    @property
+    def complete(self) -> bool:
+        return len(self.seen) == len(self.expected)
+
+    def take(self, data: bytes) -> bytes:
+        """The bytes of ``data`` after the magic (none while it is incomplete); raises BadProtocolError once it
+        is complete and not the expected one."""
+        needed = len(self.expected) - len(self.seen)
+        self.seen += data[:needed]
+        if self.complete and self.seen != self.expected:
+            raise BadProtocolError(self.seen)
+        return data[needed:]
+
+
+def after_magic(magic: Magic, data: bytes) -> tuple[bytes, Command | None]:
+    """``data`` past ``magic``, or the command that ends a connection whose magic is wrong."""
+    try:
+        return magic.take(data), None
+    except BadProtocolError as error:
+        return b"", _new(Command, (b"", [], b"", None, error))
+
+
 # (parsed command, position after it); None when more bytes are needed, which are kept from the start of the
 # command; (None, position) when they are kept from that position (an MPUB keeps the messages it has)
 _Parsed = tuple[Command | None, int] | None
@@ -56,7 +85,9 @@ _BodyParser = Callable[["CommandParser", bytes, list[bytes], bytes, int], _Parse
 class CommandParser:
     """Turns the bytes a client sends (after the magic) into ``Command`` values."""
 
-    def __init__(self, max_msg_size: int, max_body_size: int) -> None:
+    def __init__(self, max_msg_size: int, max_body_size: int, magic: bytes = b"") -> None:
+        # the protocol's magic, checked before anything else when given
+        self._magic = Magic(magic) if magic else None
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
         # an unfinished command, and how many bytes it needs before parsing it again is worth it
@@ -70,6 +101,14 @@ class CommandParser:
     def feed(self, data: bytes) -> list[Command]:
         if self._stopped:
             return []
+        if self._magic is not None:
+            data, refused = after_magic(self._magic, data)
+            if refused is not None:
+                self._stopped = True
+                return [refused]
+            if not self._magic.complete:
+                return []
+            self._magic = None
         if self._pending:
             self._pending += data
             if len(self._pending) < self._pending_needs:

@@ -30,3 +30,14 @@ class ClientError(ProtocolError):
     """Answered; the connection stays open."""
 
     fatal = False
+
+
+class BadProtocolError(FatalClientError):
+    """A connection that does not start with the protocol's magic: answered with the bare code, as NSQ does."""
+
+    def __init__(self, magic: bytes) -> None:
+        super().__init__("E_BAD_PROTOCOL", f"bad protocol magic {magic.decode('latin-1')!r}")
+
+    @property
+    def frame_text(self) -> bytes:
+        return self.code.encode()

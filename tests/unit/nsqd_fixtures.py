@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.nsqd.client import STATE_SUBSCRIBED, Client, ClientDefaults
+from services.nsqd.client import Client, ClientDefaults
 from services.nsqd.options import Options
 from shared.protocol.frames import FRAME_TYPE_MESSAGE, FrameDecoder, Message, decode_message
+from shared.protocol.session_v2 import ClientState, Limits, SessionV2
 
 
 class RecordingTransport:
@@ -35,10 +36,11 @@ class RecordingTransport:
 
 def make_client(client_id: int = 1, ready: int = 1, msg_timeout: float = 60.0) -> tuple[Client, RecordingTransport]:
     transport = RecordingTransport()
+    session = SessionV2(Limits(1 << 20, 5 << 20, 2500, 3_600_000, tls_required=False, auth_enabled=False))
+    session.state = ClientState.SUBSCRIBED
     client = Client(client_id, transport, f"127.0.0.1:{1000 + client_id}",  # type: ignore[arg-type]
-                    lambda c: c.flush(), transport.close, ClientDefaults(30.0, msg_timeout, 16 * 1024, 0.25))
-    client.state = STATE_SUBSCRIBED
-    client.ready_count = ready
+                    lambda c: c.flush(), transport.close, ClientDefaults(30.0, msg_timeout, 16 * 1024, 0.25), session)
+    client.set_ready(ready)
     return client, transport
 
 

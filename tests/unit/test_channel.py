@@ -23,10 +23,9 @@ def make_channel(name: str = "c", **opts: object) -> tuple[Channel, list[Channel
 
 
 def subscribe(channel: Channel, client_id: int = 1, ready: int = 1, msg_timeout: float = 60.0):  # type: ignore[no-untyped-def]
-    client, transport = make_client(client_id, ready, msg_timeout)
-    client.channel = channel
-    channel.add_client(client)
-    channel.update_ready(client)
+    client, transport = make_client(client_id, 0, msg_timeout)
+    client.subscribe(channel)
+    client.set_ready(ready)
     return client, transport
 
 
