@@ -6,30 +6,26 @@ Invariants:
 - a client receives only while ``in_flight_count < ready_count`` (RDY is a window, not a counter);
 - ``_ready`` holds exactly the subscribed clients with room, so delivery never scans all clients, and the queues
   only hold messages while no client has room (or the channel is paused).
-Depth counts the memory and disk queues; in-flight and deferred messages are reported separately, as NSQ does.
-A message the disk refuses stays in memory (and nsqd reports itself unhealthy): nothing accepted is dropped,
+Depth counts the message queue (memory and disk); in-flight and deferred messages are reported separately, as NSQ
+does. A message the disk refuses stays in memory (and nsqd reports itself unhealthy): nothing accepted is dropped,
 except by ephemeral channels, which discard what their memory queue cannot hold, as NSQ's do.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from shared.names import is_ephemeral
 
 from .deadline_queue import DeadlineQueue
 from .latency_window import DISABLED, LatencyWindow
-from .message import ChannelEntry, DeferredMessage, InFlightMessage, decode, encode
+from .message import QueuedMessage, DeferredMessage, InFlightMessage, decode, encode
 
 if TYPE_CHECKING:
     from .client import Client
-    from .disk_queue import DiskQueue, Storage
+    from .message_queue import Storage
     from .options import Options
-
-log = logging.getLogger("nsqd")
 
 
 class ChannelError(Exception):
@@ -42,11 +38,9 @@ class Channel:
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = is_ephemeral(name)
-        self._storage = storage
-        self.backend = storage.open(f"{topic_name}:{name}")
+        self.queue = storage.open(f"{topic_name}:{name}")
         self.paused = False
         self.exiting = False
-        self.memory: deque[ChannelEntry] = deque()
         self.in_flight: DeadlineQueue[InFlightMessage] = DeadlineQueue()
         self.deferred: DeadlineQueue[DeferredMessage] = DeadlineQueue()
         self.clients: dict[int, Client] = {}
@@ -54,7 +48,6 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
-        self.dropped_count = 0
         # deliveries to consumers; NSQ reports them as global_msg_count (not zone- or region-local)
         self.delivered_count = 0
         self._opts = opts
@@ -67,10 +60,8 @@ class Channel:
 
     def _restore_deferred(self) -> None:
         """Deferred messages saved at the last exit wait out what is left of their delay."""
-        if self.backend is None:
-            return
         now, now_ns = time.monotonic(), time.time_ns()
-        for due_ns, payload in self.backend.take_deferred():
+        for due_ns, payload in self.queue.backend.take_deferred():
             self.deferred.push(DeferredMessage(decode(payload), now + max(0, due_ns - now_ns) / 1e9))
 
     def __repr__(self) -> str:
@@ -78,15 +69,19 @@ class Channel:
 
     @property
     def depth(self) -> int:
-        return len(self.memory) + self.backend_depth
+        return len(self.queue)
 
     @property
     def backend_depth(self) -> int:
-        return self.backend.depth if self.backend is not None else 0
+        return self.queue.backend_depth
+
+    @property
+    def dropped_count(self) -> int:
+        return self.queue.dropped_count
 
     # -- messages in ---------------------------------------------------------------------------------------
 
-    def put_new(self, entries: list[ChannelEntry]) -> None:
+    def put_new(self, entries: list[QueuedMessage]) -> None:
         """Messages from the topic: counted, then delivered or queued."""
         self.message_count += len(entries)
         ready = self._ready
@@ -103,61 +98,27 @@ class Channel:
     def put_from_disk(self, records: list[bytes]) -> None:
         """Messages from the topic's disk queue, as records (size prefix included). What the consumers can take now
         or memory can hold is decoded; the rest goes to this channel's disk queue as it is, never decoded."""
-        if self.backend is None:
-            self.put_new([decode(record, 4) for record in records])
-            return
-        room = max(0, self._opts.mem_queue_size - len(self.memory)) + self.room_in_clients()
+        room = self.queue.room + self.room_in_clients()
         if room:
             self.put_new([decode(record, 4) for record in records[:room]])
         if len(records) > room:
             self.message_count += len(records) - room
-            self._spill_records(records[room:])
+            self.queue.put_records(records[room:])
 
-    def put_deferred(self, entry: ChannelEntry, delay: float, now: float) -> None:
+    def put_deferred(self, entry: QueuedMessage, delay: float, now: float) -> None:
         self.message_count += 1
         self.deferred.push(DeferredMessage(entry, now + delay))
 
-    def put(self, entry: ChannelEntry) -> None:
+    def put(self, entry: QueuedMessage) -> None:
         if self._ready and not self.paused:
             self._deliver(next(iter(self._ready)), entry, time.monotonic())
         else:
             self._queue([entry])
 
-    def _queue(self, entries: list[ChannelEntry]) -> None:
-        """Memory while it has room, then disk."""
-        room = self._opts.mem_queue_size - len(self.memory)
-        if room >= len(entries):
-            self.memory.extend(entries)
-            return
-        if room > 0:
-            self.memory.extend(entries[:room])
-            entries = entries[room:]
-        if self.backend is not None:
-            self._spill(entries)
-        elif self.ephemeral:
-            self.dropped_count += len(entries)
-        else:
-            self.memory.extend(entries)  # no disk at all: memory is all there is
+    def _queue(self, entries: list[QueuedMessage]) -> None:
+        self.queue.put(entries, keep_refused=True)
 
-    def _spill(self, entries: list[ChannelEntry]) -> None:
-        self._to_disk(lambda backend: backend.put([encode(entry) for entry in entries]), lambda: entries)
-
-    def _spill_records(self, records: list[bytes]) -> None:
-        self._to_disk(lambda backend: backend.put_records(records), lambda: [decode(record, 4) for record in records])
-
-    def _to_disk(self, write: Callable[[DiskQueue], None], held: Callable[[], Iterable[ChannelEntry]]) -> None:
-        """``write``s to the disk queue; if the disk refuses, the messages (``held()``) stay in memory: a message
-        nsqd accepted is never dropped."""
-        assert self.backend is not None
-        try:
-            write(self.backend)
-        except OSError as error:
-            self._storage.health.write_failed(f"failed to write messages to {self.backend.name}", error)
-            self.memory.extend(held())
-            return
-        self._storage.health.write_succeeded()
-
-    def _deliver(self, client: Client, entry: ChannelEntry, now: float) -> None:
+    def _deliver(self, client: Client, entry: QueuedMessage, now: float) -> None:
         if client.sample_rate and _percentile() > client.sample_rate:
             return  # NSQ's sampling: the message is gone for the whole channel
         msg = InFlightMessage(entry, client, now, now + client.msg_timeout)
@@ -180,12 +141,13 @@ class Channel:
         return sum(client.ready_count - client.in_flight_count for client in self._ready)
 
     def _drain(self) -> None:
-        memory, ready = self.memory, self._ready
+        memory, ready = self.queue.memory, self._ready
         if self.paused:
             return
         now = time.monotonic()
         while ready:
-            if not memory and not self._read_from_disk():
+            # from disk, what the clients with room can take (up to 1024)
+            if not memory and not self.queue.fill_memory(min(1024, max(1, self.room_in_clients()))):
                 break
             client = next(iter(ready))
             if len(ready) == 1 and not client.sample_rate:
@@ -197,7 +159,7 @@ class Channel:
         """The only client with room gets what its window takes from the memory queue, an output buffer's worth
         at a time: a socket that stops draining pauses delivery between batches, so a message's timeout does
         not start long before the client can read it."""
-        memory = self.memory
+        memory = self.queue.memory
         per_buffer = max(1, client.output_buffer_size // (_FRAME_OVERHEAD + len(memory[0][1])))
         count = min(client.ready_count - client.in_flight_count, len(memory), per_buffer)
         deadline = now + client.msg_timeout
@@ -207,18 +169,6 @@ class Channel:
         client.send_messages(messages)  # may pause writing, which takes the client out of the ready ones
         if client.in_flight_count >= client.ready_count:
             self._ready.pop(client, None)
-
-    def _read_from_disk(self) -> bool:
-        """Moves what the clients with room can take (up to 1024) from disk to memory; False if none."""
-        if self.backend is None or not self.backend.depth:
-            return False
-        try:
-            payloads = self.backend.read(min(1024, max(1, self.room_in_clients())))
-        except OSError as error:
-            log.error("failed to read messages from %s - %s", self.backend.name, error)
-            return False
-        self.memory.extend(decode(payload) for payload in payloads)
-        return bool(payloads)
 
     # -- clients ---------------------------------------------------------------------------------------------
 
@@ -243,7 +193,7 @@ class Channel:
         if client.has_room and client.id in self.clients:
             if client not in self._ready:
                 self._ready[client] = None
-            if self.memory or self.backend_depth:
+            if self.queue:
                 self._drain()
         else:
             self._ready.pop(client, None)
@@ -314,9 +264,7 @@ class Channel:
 
     def empty(self) -> None:
         """Drop every queued, in-flight and deferred message, as NSQ's /channel/empty does."""
-        self.memory.clear()
-        if self.backend is not None:
-            self.backend.empty()
+        self.queue.empty()
         self.in_flight.clear()
         self.deferred.clear()
         for client in self.clients.values():
@@ -326,27 +274,17 @@ class Channel:
         """Closes the clients and removes every message and file."""
         self.close_clients()
         self.empty()
-        if self.backend is not None:
-            self.backend.delete()
-            self._storage.forget(self.backend)
+        self.queue.delete()
 
     def flush_to_disk(self) -> None:
         """At exit: every message still in memory or in flight goes to the disk queue (redelivered after a
         restart, as NSQ does), deferred ones to a file with their due times (where NSQ would lose the delay)."""
-        if self.backend is None:
-            return
-        entries = list(self.memory) + [msg.entry() for msg in self.in_flight.values()]
         now, now_ns = time.monotonic(), time.time_ns()
         deferred = [(now_ns + int((item.deadline - now) * 1e9), encode(item.entry)) for item in self.deferred.values()]
-        self.memory.clear()
+        in_flight = [msg.entry() for msg in self.in_flight.values()]
         self.in_flight.clear()
         self.deferred.clear()
-        try:
-            self.backend.put([encode(entry) for entry in entries])
-            self.backend.save_deferred(deferred)
-        except OSError as error:
-            log.error("failed to flush the messages of %s to disk - %s", self.backend.name, error)
-        self.backend.close()
+        self.queue.flush_to_disk(in_flight, deferred)
 
     def close_clients(self) -> None:
         self.exiting = True

@@ -24,14 +24,9 @@ import struct
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from shared.names import is_ephemeral
 
-from .health import Health
-
-if TYPE_CHECKING:
-    from .options import Options
 
 log = logging.getLogger("nsqd")
 
@@ -53,6 +48,8 @@ class Positions:
 
 
 class DiskQueue:
+    dropped_count = 0  # it keeps every message it is given
+
     def __init__(self, name: str, data_path: Path, max_bytes_per_file: int, max_msg_size: int,
                  sync_every: int) -> None:
         self.name = name
@@ -433,25 +430,3 @@ def _write_meta(path: Path, positions: Positions) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
-
-
-class Storage:
-    """The disk queues of one nsqd: opens them in its data path and keeps them for the sync loop. Without a
-    data path (``None``, for tests of the in-memory logic) there are none."""
-
-    def __init__(self, data_path: Path | None, opts: Options) -> None:
-        self.data_path = data_path
-        self.health = Health()
-        self.queues: dict[str, DiskQueue] = {}
-        self._opts = opts
-
-    def open(self, name: str) -> DiskQueue | None:
-        if self.data_path is None or is_ephemeral(name):
-            return None
-        queue = DiskQueue(name, self.data_path, self._opts.max_bytes_per_file, self._opts.max_msg_size,
-                          self._opts.sync_every)
-        self.queues[name] = queue
-        return queue
-
-    def forget(self, queue: DiskQueue) -> None:
-        self.queues.pop(queue.name, None)

@@ -13,10 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .client import Client
 
-# a message waiting in a topic: (id, body, timestamp ns, defer ms)
-TopicEntry = tuple[bytes, bytes, int, int]
-# a message waiting in a channel: (id, body, timestamp ns, attempts so far)
-ChannelEntry = tuple[bytes, bytes, int, int]
+# a message waiting in a topic or a channel: (id, body, timestamp ns, attempts so far)
+QueuedMessage = tuple[bytes, bytes, int, int]
 
 
 class InFlightMessage:
@@ -24,14 +22,14 @@ class InFlightMessage:
 
     __slots__ = ("id", "body", "timestamp", "attempts", "client", "delivered_at", "deadline")
 
-    def __init__(self, entry: ChannelEntry, client: Client, now: float, deadline: float) -> None:
+    def __init__(self, entry: QueuedMessage, client: Client, now: float, deadline: float) -> None:
         self.id, self.body, self.timestamp, attempts = entry
         self.attempts = attempts + 1
         self.client: Client = client
         self.delivered_at = now
         self.deadline = deadline
 
-    def entry(self) -> ChannelEntry:
+    def entry(self) -> QueuedMessage:
         return (self.id, self.body, self.timestamp, self.attempts)
 
 
@@ -40,7 +38,7 @@ class DeferredMessage:
 
     __slots__ = ("id", "deadline", "entry")
 
-    def __init__(self, entry: ChannelEntry, deadline: float) -> None:
+    def __init__(self, entry: QueuedMessage, deadline: float) -> None:
         self.id = entry[0]
         self.deadline = deadline
         self.entry = entry
@@ -49,13 +47,13 @@ class DeferredMessage:
 _DISK_HEADER = struct.Struct(">qH")
 
 
-def encode(entry: ChannelEntry) -> bytes:
+def encode(entry: QueuedMessage) -> bytes:
     """A message as NSQ writes it to disk: [int64 timestamp][uint16 attempts][16-byte ID][body]."""
     msg_id, body, timestamp, attempts = entry
     return _DISK_HEADER.pack(timestamp, attempts) + msg_id + body
 
 
-def decode(payload: bytes, offset: int = 0) -> ChannelEntry:
+def decode(payload: bytes, offset: int = 0) -> QueuedMessage:
     """The message ``encode`` wrote, from ``offset`` (4 for a record read with its size prefix)."""
     timestamp, attempts = _DISK_HEADER.unpack_from(payload, offset)
     return (payload[offset + 10:offset + 26], payload[offset + 26:], timestamp, attempts)

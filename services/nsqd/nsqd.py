@@ -25,7 +25,7 @@ from . import identify, metadata, tls
 from .busy_poll import BusyPoll
 from .channel import Channel
 from .client import Client, EndOfTurnFlush
-from .disk_queue import Storage
+from .message_queue import Storage
 from .http_api import build_router, tls_required
 from .http_server import HTTPService
 from .metadata import DataPathLock

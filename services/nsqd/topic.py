@@ -1,8 +1,10 @@
 """A topic: takes published messages and gives every channel its own copy.
 
-With no channels, or while paused, messages wait in the topic's memory queue and, once it holds
-``--mem-queue-size``, in its disk queue; the first channel to appear (or the unpause) receives that backlog, as in
-NSQ. A deferred message (DPUB) starts its delay when it reaches a channel.
+With no channels, or while paused, messages wait in the topic's message queue (memory, then disk once memory
+holds ``--mem-queue-size``); the first channel to appear (or the unpause) receives that backlog, as in NSQ. They
+wait as the channels will receive them (``QueuedMessage``, no attempt yet). A deferred message (DPUB) starts its
+delay when it reaches a channel: while it waits here it is held beside the queue with its delay, in memory, and at
+exit in the disk queue's file of deferred messages.
 
 A publish the disk queue cannot take is refused as a whole (``E_PUB_FAILED``/``E_MPUB_FAILED``) and nothing of it
 is queued. Nothing accepted is ever dropped, except by ephemeral topics and channels, which discard what their
@@ -12,9 +14,7 @@ memory queue cannot hold, as NSQ's do.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections import deque
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
@@ -23,16 +23,14 @@ from shared.names import is_ephemeral
 from .channel import Channel
 from .latency_window import DISABLED, summarize
 from .guid import GuidFactory
-from .message import TopicEntry, decode, encode
+from .message import QueuedMessage, decode, encode
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from .disk_queue import Storage
+    from .message_queue import Storage
     from .options import Options
 
-
-log = logging.getLogger("nsqd")
 
 
 class TopicError(Exception):
@@ -45,24 +43,19 @@ class Topic:
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self._storage = storage
-        self.backend = storage.open(name)
-        self.memory: deque[TopicEntry] = deque()
-        if self.backend is not None:
-            # deferred messages that waited here for a channel; their delay has not started, so the file keeps
-            # the delay itself (ms), where a channel's keeps due times
-            self.memory.extend((msg_id, body, timestamp, defer_ms) for defer_ms, (msg_id, body, timestamp, _)
-                               in ((delay, decode(payload)) for delay, payload in self.backend.take_deferred()))
+        self.queue = storage.open(name)
+        # DPUBs waiting for a channel, with their delay in ms: it starts once they reach one, so the file they are
+        # saved to at exit keeps the delay itself, where a channel's keeps due times
+        self._held_deferred: list[tuple[QueuedMessage, int]] = [
+            (decode(payload), defer_ms) for defer_ms, payload in self.queue.backend.take_deferred()]
         # a topic restored at start-up hands its backlog out only once all its channels exist again
         self.started = started
         self._started_event: asyncio.Event | None = None  # made only when someone waits for the start
         self.paused = False
         self.exiting = False
-        # entries are (id, body, timestamp, defer ms); with defer 0 the same tuple is a channel entry
-        # (id, body, timestamp, attempts 0), so fan-out shares it among channels without copying
         self.channels: dict[str, Channel] = {}
         self.message_count = 0
         self.message_bytes = 0
-        self.dropped_count = 0
         self._opts = opts
         self._guid = GuidFactory(opts.node_id)
         self._on_channel_change = on_channel_change
@@ -72,11 +65,15 @@ class Topic:
 
     @property
     def depth(self) -> int:
-        return len(self.memory) + self.backend_depth
+        return len(self.queue) + len(self._held_deferred)
 
     @property
     def backend_depth(self) -> int:
-        return self.backend.depth if self.backend is not None else 0
+        return self.queue.backend_depth
+
+    @property
+    def dropped_count(self) -> int:
+        return self.queue.dropped_count
 
     def publish(self, bodies: list[bytes], defer_ms: int = 0) -> None:
         """Accepts all of ``bodies`` or raises TopicError and accepts none."""
@@ -84,65 +81,57 @@ class Topic:
             raise TopicError("exiting")
         count = len(bodies)
         timestamp = time.time_ns()
+        # one tuple per message, shared by every channel's queue
         if count == 1:  # one message per request, what most producers send
-            entries = [(self._guid.next_id(), bodies[0], timestamp, defer_ms)]
+            entries = [(self._guid.next_id(), bodies[0], timestamp, 0)]
         else:
-            entries = list(zip(self._guid.next_ids(count), bodies, repeat(timestamp, count), repeat(defer_ms, count)))
+            entries = list(zip(self._guid.next_ids(count), bodies, repeat(timestamp, count), repeat(0, count)))
         if self.paused or not self.channels or not self.started:
-            self._hold(entries)
+            self._hold(entries, defer_ms)
         else:
-            self._distribute(entries, deferred=defer_ms > 0)
+            self._distribute(entries, defer_ms)
         self.message_count += count
         self.message_bytes += len(bodies[0]) if count == 1 else sum(map(len, bodies))
 
-    def _hold(self, entries: list[TopicEntry]) -> None:
-        """Memory while it has room, then disk; raises TopicError, holding none, if the disk refuses."""
-        room = max(0, self._opts.mem_queue_size - len(self.memory))
-        overflow = entries[room:]
-        if overflow and self.backend is not None:
-            try:
-                # on disk a topic's message has no delay: it starts again when it reaches a channel (as NSQ's)
-                self.backend.put([encode((msg_id, body, timestamp, 0)) for msg_id, body, timestamp, _ in overflow])
-            except OSError as error:
-                self._storage.health.write_failed(f"failed to write messages to {self.name}", error)
-                raise TopicError(str(error)) from None
-            self._storage.health.write_succeeded()
-        elif overflow and self.ephemeral:
-            self.dropped_count += len(overflow)
-        else:
-            room = len(entries)  # no disk at all: memory is all there is
-        self.memory.extend(entries[:room])
+    def _hold(self, entries: list[QueuedMessage], defer_ms: int) -> None:
+        """Raises TopicError, holding none of ``entries``, if the disk refuses them."""
+        if defer_ms:
+            self._held_deferred.extend((entry, defer_ms) for entry in entries)
+            return
+        try:
+            self.queue.put(entries, keep_refused=False)
+        except OSError as error:
+            raise TopicError(str(error)) from None
 
-    def _distribute(self, entries: list[TopicEntry], deferred: bool) -> None:
-        """Every channel gets every entry; ``deferred`` says whether any of them has a delay."""
-        if not deferred:
+    def _distribute(self, entries: list[QueuedMessage], defer_ms: int) -> None:
+        """Every channel gets every entry."""
+        if not defer_ms:
             for channel in self.channels.values():
                 channel.put_new(entries)
             return
         now = time.monotonic()
-        for msg_id, body, timestamp, defer_ms in entries:
-            for channel in self.channels.values():
-                if defer_ms:
-                    channel.put_deferred((msg_id, body, timestamp, 0), defer_ms / 1000, now)
-                else:
-                    channel.put_new([(msg_id, body, timestamp, 0)])
+        for channel in self.channels.values():
+            for entry in entries:
+                channel.put_deferred(entry, defer_ms / 1000, now)
 
     def _pump_backlog(self) -> None:
         """Hands the backlog to the channels: memory first, then the disk queue a batch per event-loop turn, so
         other clients are served while a large backlog moves."""
         if self.paused or not self.channels or not self.started or self.exiting:
             return
-        if self.memory:
-            backlog = list(self.memory)
-            self.memory.clear()
-            self._distribute(backlog, deferred=any(entry[3] for entry in backlog))
-        while self.backend is not None and self.backend.depth:
-            records = self.backend.read(4096, framed=True)
+        if self.queue.memory:
+            self._distribute(self.queue.take_memory(), 0)
+        held, self._held_deferred = self._held_deferred, []
+        for entry, defer_ms in held:
+            self._distribute([entry], defer_ms)
+        backend = self.queue.backend
+        while backend.depth:
+            records = backend.read(4096, framed=True)
             if not records:
                 break
             for channel in self.channels.values():
                 channel.put_from_disk(records)
-            if self.backend.depth and self._pump_later():
+            if backend.depth and self._pump_later():
                 return
 
     def _pump_later(self) -> bool:
@@ -208,10 +197,9 @@ class Topic:
         self._pump_backlog()
 
     def empty(self) -> None:
-        """Drops the topic's own queues, not its channels' (NSQ's /topic/empty)."""
-        self.memory.clear()
-        if self.backend is not None:
-            self.backend.empty()
+        """Drops the topic's own queue, not its channels' (NSQ's /topic/empty)."""
+        self.queue.empty()
+        self._held_deferred.clear()
 
     def close(self) -> None:
         self.exiting = True
@@ -223,27 +211,15 @@ class Topic:
         self.close()
         for name in list(self.channels):
             self.delete_channel(name)
-        self.empty()
-        if self.backend is not None:
-            self.backend.delete()
-            self._storage.forget(self.backend)
+        self._held_deferred.clear()
+        self.queue.delete()
 
     def flush_to_disk(self) -> None:
         """At exit: the topic's and its channels' messages go to their disk queues, which are closed."""
         for channel in self.channels.values():
             channel.flush_to_disk()
-        if self.backend is None:
-            return
-        entries = list(self.memory)
-        self.memory.clear()
-        try:
-            self.backend.put([encode((msg_id, body, timestamp, 0)) for msg_id, body, timestamp, defer_ms in entries
-                              if not defer_ms])
-            self.backend.save_deferred([(defer_ms, encode((msg_id, body, timestamp, 0)))
-                                        for msg_id, body, timestamp, defer_ms in entries if defer_ms])
-        except OSError as error:
-            log.error("failed to flush the messages of %s to disk - %s", self.name, error)
-        self.backend.close()
+        held, self._held_deferred = self._held_deferred, []
+        self.queue.flush_to_disk([], [(defer_ms, encode(entry)) for entry, defer_ms in held])
 
     # -- stats ----------------------------------------------------------------------------------------------
 

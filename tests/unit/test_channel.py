@@ -7,12 +7,12 @@ import time
 import pytest
 
 from services.nsqd.channel import Channel, ChannelError
-from services.nsqd.disk_queue import Storage
-from services.nsqd.message import ChannelEntry
+from services.nsqd.message_queue import Storage
+from services.nsqd.message import QueuedMessage
 from tests.unit.nsqd_fixtures import make_client, options
 
 
-def entry(n: int) -> ChannelEntry:
+def entry(n: int) -> QueuedMessage:
     return (b"%016d" % n, b"body%d" % n, time.time_ns(), 0)
 
 

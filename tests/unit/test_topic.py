@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from services.nsqd.disk_queue import Storage
+from services.nsqd.message_queue import Storage
 from services.nsqd.topic import Topic, TopicError
 from tests.unit.nsqd_fixtures import options
 from tests.unit.test_channel import subscribe
@@ -32,7 +32,7 @@ def test_every_channel_gets_a_copy_with_the_same_id() -> None:
     topic = make_topic()
     channels = [topic.get_channel(name) for name in ("a", "b")]
     topic.publish([b"x"])
-    entries = [channel.memory[0] for channel in channels]
+    entries = [channel.queue.memory[0] for channel in channels]
     assert entries[0][:3] == entries[1][:3] and entries[0][3] == 0
 
 
@@ -40,7 +40,7 @@ def test_ids_are_unique_and_increasing() -> None:
     topic = make_topic()
     channel = topic.get_channel("c")
     topic.publish([b"m"] * 5000)
-    ids = [entry[0] for entry in channel.memory]
+    ids = [entry[0] for entry in channel.queue.memory]
     assert ids == sorted(ids) and len(set(ids)) == 5000
 
 
@@ -48,10 +48,10 @@ def test_overflow_goes_to_disk_and_comes_back(tmp_path: Path) -> None:
     settings = options(mem_queue_size=3)
     topic = Topic("t", settings, Storage(tmp_path, settings), lambda topic: None)
     topic.publish([b"%d" % i for i in range(5)])
-    assert (len(topic.memory), topic.backend_depth, topic.depth) == (3, 2, 5)
+    assert (len(topic.queue.memory), topic.backend_depth, topic.depth) == (3, 2, 5)
     channel = topic.get_channel("c")
     topic.publish([b"%d" % i for i in range(5, 10)])
-    assert topic.depth == 0 and (len(channel.memory), channel.backend_depth) == (3, 7)
+    assert topic.depth == 0 and (len(channel.queue.memory), channel.backend_depth) == (3, 7)
     client, transport = subscribe(channel, ready=100)
     assert sorted(int(m.body) for m in transport.messages()) == list(range(10))
     assert channel.depth == 0
@@ -65,10 +65,10 @@ def test_a_backlog_on_disk_reaches_a_new_channel_in_order(tmp_path: Path) -> Non
     topic.publish([b"%d" % i for i in range(4)])
     for i in range(4, 20):
         topic.publish([b"%d" % i])
-    assert (len(topic.memory), topic.backend_depth) == (4, 16)
+    assert (len(topic.queue.memory), topic.backend_depth) == (4, 16)
     channel = topic.get_channel("c")
     assert topic.depth == 0 and channel.message_count == 20
-    assert (len(channel.memory), channel.backend_depth) == (4, 16)
+    assert (len(channel.queue.memory), channel.backend_depth) == (4, 16)
     client, transport = subscribe(channel, ready=100)
     bodies = [int(m.body) for m in transport.messages()]
     assert sorted(bodies) == list(range(20)) and bodies[4:] == list(range(4, 20))

@@ -1,0 +1,99 @@
+"""The message queue topics and channels share, on real files: memory first, then disk; what happens when the disk
+refuses a write; ephemeral names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.nsqd.message import QueuedMessage, encode
+from services.nsqd.message_queue import MessageQueue, Storage
+from tests.unit.nsqd_fixtures import options
+
+
+def message(n: int) -> QueuedMessage:
+    return (b"%016d" % n, b"body%d" % n, 1_000 + n, 0)
+
+
+def storage(data_path: Path | None, mem_queue_size: int = 2) -> Storage:
+    return Storage(data_path, options(mem_queue_size=mem_queue_size))
+
+
+def bodies(queue: MessageQueue) -> list[bytes]:
+    """Everything the queue holds, in order; the queue is closed after."""
+    while queue.fill_memory(100):
+        pass
+    queue.backend.close()
+    return [entry[1] for entry in queue.take_memory()]
+
+
+def test_memory_then_disk(tmp_path: Path) -> None:
+    queue = storage(tmp_path).open("t")
+    queue.put([message(n) for n in range(5)], keep_refused=False)
+    assert (len(queue.memory), queue.backend_depth, len(queue), queue.room) == (2, 3, 5, 0)
+    assert bodies(queue) == [b"body0", b"body1", b"body2", b"body3", b"body4"]
+
+
+def blocked(tmp_path: Path, name: str) -> Path:
+    """The queue's first file made a directory: no write to it succeeds, even as root."""
+    blocker = tmp_path / f"{name}.diskqueue.000000.dat"
+    blocker.mkdir()
+    return blocker
+
+
+def test_a_refused_write_keeps_the_messages_in_memory_when_asked(tmp_path: Path) -> None:
+    nsqd_storage = storage(tmp_path)
+    queue = nsqd_storage.open("t:c")
+    blocker = blocked(tmp_path, "t:c")
+    queue.put([message(n) for n in range(4)], keep_refused=True)
+    assert (len(queue.memory), queue.backend_depth) == (4, 0)
+    assert nsqd_storage.health.status.startswith("failed to write messages to t:c - ")
+    blocker.rmdir()
+    queue.put([message(4)], keep_refused=True)
+    assert nsqd_storage.health.status == "OK" and queue.backend_depth == 1
+    assert bodies(queue) == [b"body%d" % n for n in range(5)]
+
+
+def test_a_refused_write_queues_nothing_otherwise(tmp_path: Path) -> None:
+    queue = storage(tmp_path).open("t")
+    queue.put([message(0)], keep_refused=False)
+    blocked(tmp_path, "t")
+    with pytest.raises(OSError):
+        queue.put([message(n) for n in range(1, 4)], keep_refused=False)
+    assert len(queue) == 1
+    queue.backend.close()
+
+
+def test_records_the_disk_refuses_stay_in_memory_decoded(tmp_path: Path) -> None:
+    queue = storage(tmp_path).open("t:c")
+    blocked(tmp_path, "t:c")
+    records = [len(payload).to_bytes(4, "big") + payload for payload in (encode(message(n)) for n in range(3))]
+    queue.put_records(records)
+    assert list(queue.memory) == [message(n) for n in range(3)]
+
+
+def test_ephemeral_names_drop_what_memory_cannot_hold(tmp_path: Path) -> None:
+    queue = storage(tmp_path).open("t#ephemeral")
+    queue.put([message(n) for n in range(5)], keep_refused=False)
+    assert (len(queue), queue.dropped_count) == (2, 3)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_what_is_flushed_at_exit_is_there_after_a_restart(tmp_path: Path) -> None:
+    queue = storage(tmp_path).open("t:c")
+    queue.put([message(0), message(1)], keep_refused=False)
+    queue.flush_to_disk([message(2)], deferred=[(123, encode(message(3)))])
+    reopened = storage(tmp_path).open("t:c")
+    assert reopened.backend.take_deferred() == [(123, encode(message(3)))]
+    assert bodies(reopened) == [b"body0", b"body1", b"body2"]
+
+
+def test_delete_removes_the_files(tmp_path: Path) -> None:
+    nsqd_storage = storage(tmp_path, mem_queue_size=0)
+    queue = nsqd_storage.open("t")
+    queue.put([message(0)], keep_refused=False)
+    assert "t" in nsqd_storage.queues and list(tmp_path.iterdir())
+    queue.delete()
+    assert len(queue) == 0 and "t" not in nsqd_storage.queues
+    assert [path for path in tmp_path.iterdir() if path.name.startswith("t.")] == []
