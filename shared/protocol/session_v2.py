@@ -131,9 +131,10 @@ class SessionV2:
         # commands other than IDENTIFY wait for TLS (--tls-required) until the connection upgraded
         self.tls_pending = limits.tls_required
         self.authorizations: Authorizations | None = None
+        self._auth_enabled = limits.auth_enabled
         self._clock = clock
         self._parser = CommandParser(limits.max_msg_size, limits.max_body_size, MAGIC_V2)
-        self._valid_topics: set[str] = set()
+        self._valid_topics: dict[bytes, str] = {}
 
     # -- what the broker did ---------------------------------------------------------------------------------
 
@@ -162,7 +163,7 @@ class SessionV2:
             if self.tls_pending and command.name != b"IDENTIFY":
                 name = b"FIN" if command.name == FIN_RUN else command.name
                 raise FatalClientError("E_INVALID", f"cannot {_text(name)} in current state (TLS required)")
-            if command.name in _AUTHORIZED and self.authorizations is not None \
+            if self.authorizations is not None and command.name in _AUTHORIZED \
                     and self.authorizations.is_expired(self._clock()):
                 yield _REAUTHORIZE
             request = _CHECKS.get(command.name, _unknown)(self, command)
@@ -299,16 +300,18 @@ class SessionV2:
     def _publish_topic(self, command: Command, name: str, min_args: int, quote_prefix: str = "") -> str:
         if len(command.args) < min_args:
             raise FatalClientError("E_INVALID", f"{name} insufficient number of parameters")
-        topic = _text(command.args[0])
-        if topic not in self._valid_topics:
+        raw = command.args[0]
+        topic = self._valid_topics.get(raw)
+        if topic is None:
+            topic = _text(raw)
             if not is_valid_topic_name(topic):
                 raise FatalClientError("E_BAD_TOPIC", f"{quote_prefix}{name} topic name {go_quote(topic)} is not valid")
             if len(self._valid_topics) < _KNOWN_TOPICS_LIMIT:
-                self._valid_topics.add(topic)
+                self._valid_topics[raw] = topic
         return topic
 
     def _check_auth(self, command: str, topic: str, channel: str) -> None:
-        if not self.limits.auth_enabled:
+        if not self._auth_enabled:
             return
         if self.authorizations is None:
             raise FatalClientError("E_AUTH_FIRST", f"AUTH required before {command}")
