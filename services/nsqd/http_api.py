@@ -19,7 +19,7 @@ from shared.protocol.errors import FatalClientError
 from shared.runtime_config import address_list, option_value, set_log_level
 from shared.version import VERSION
 
-from .http_server import NSQ_V1, Request, Response, Router, json_response
+from .http_router import NSQ_V1, Request, Response, Router, json_response
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:

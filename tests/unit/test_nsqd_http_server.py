@@ -11,15 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from services.nsqd.http_server import (
-    NSQ_V1,
-    HTTPService,
-    Request,
-    Response,
-    Router,
-    json_response,
-    parse_query,
-)
+from services.nsqd.http_router import NSQ_V1, Request, Response, Router, json_response, parse_query
+from services.nsqd.http_server import HTTPService
 from shared.http_conventions import HTTPError
 
 LIMIT = 100
