@@ -10,8 +10,6 @@ from __future__ import annotations
 class ProtocolError(Exception):
     """An error answered to the client as ``<code> <description>`` in an error frame."""
 
-    fatal = True
-
     def __init__(self, code: str, description: str) -> None:
         super().__init__(f"{code} {description}")
         self.code = code
@@ -28,8 +26,6 @@ class FatalClientError(ProtocolError):
 
 class ClientError(ProtocolError):
     """Answered; the connection stays open."""
-
-    fatal = False
 
 
 class BadProtocolError(FatalClientError):
