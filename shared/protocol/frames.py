@@ -40,6 +40,12 @@ def encode_frame(frame_type: int, data: bytes) -> bytes:
     return _FRAME_HEADER.pack(len(data) + 4, frame_type) + data
 
 
+def encode_message_frame(msg_id: bytes, body: bytes, timestamp: int, attempts: int) -> bytes:
+    header = MESSAGE_FRAME_HEADER.pack(4 + MESSAGE_HEADER_LENGTH + len(body), FRAME_TYPE_MESSAGE,
+                                       timestamp, attempts)
+    return header + msg_id + body
+
+
 class Message(NamedTuple):
     """A message as a client receives it."""
 
