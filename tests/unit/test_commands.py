@@ -271,7 +271,6 @@ def test_parser_stops_after_an_error(data: bytes, expected: list[Shape]) -> None
 def test_error_is_a_fatal_client_error(data: bytes, expected: list[Shape]) -> None:
     error = parser().feed(data)[-1].error
     assert isinstance(error, FatalClientError)
-    assert error.fatal
     assert error.frame_text == f"{error.code} {error.description}".encode()
 
 
