@@ -24,6 +24,7 @@ from .aggregation import Json
 from .audit import AuditEntry, AuditLog
 from .cluster import Cluster
 from .history import History, samples_from_stats
+from .http_api import build_app
 from .notifications import Notifier, notification_body
 from .options import Options
 from .pages import Pages
@@ -69,8 +70,6 @@ class NSQAdmin:
             raise
 
     async def _start(self) -> None:
-        from .http_api import build_app  # the routes import this module's types
-
         self._database = await open_store(self.database_path)
         self.history, self.audit = History(self._database), AuditLog(self._database)
         timeout = aiohttp.ClientTimeout(total=self.opts.http_client_request_timeout,
