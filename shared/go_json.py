@@ -4,8 +4,9 @@ here too, with Go's words:
 - ``decode``: invalid UTF-8 inside strings reads as U+FFFD, ``NaN`` and ``Infinity`` are not JSON, an object keeps
   its key/value pairs in order (``GoObject``);
 - ``struct_fields``: an object's fields as Go fills a struct: each key matched case-insensitively, the last one
-  wins, ``null`` leaves the field as it was, unknown keys ignored; ``as_str``, ``as_int`` and ``as_list`` then
-  type one value as its field's Go type, or fail as ``json.Unmarshal`` does;
+  wins, ``null`` leaves the field as it was, unknown keys ignored; ``as_str``, ``as_int``, ``as_bool`` and
+  ``as_list`` then type one value as its field's Go type, or fail as ``json.Unmarshal`` does;
+- ``unmarshal``: both at once for a flat struct of strings, integers and booleans (nsqd's and lookupd's IDENTIFY);
 - ``encode``: ``json.Marshal``'s compact output and escapes.
 
 Every failure is a ``GoJSONError`` (a ValueError) carrying Go's message.
@@ -14,10 +15,11 @@ Every failure is a ``GoJSONError`` (a ValueError) carrying Go's message.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 _INT64 = range(-(1 << 63), 1 << 63)
+_ZERO: dict[type, Any] = {str: "", int: 0, bool: False}
 
 
 class GoJSONError(ValueError):
@@ -61,6 +63,15 @@ def struct_fields(value: Any, go_type: str, names: Iterable[str]) -> dict[str, A
     return fields
 
 
+def unmarshal(body: bytes | str, go_type: str, fields: Mapping[str, type]) -> dict[str, Any]:
+    """A flat struct's fields (each ``str``, ``int`` or ``bool``) from a JSON object, as ``json.Unmarshal`` fills
+    them: every field present, at its zero value unless set."""
+    values = struct_fields(decode(body), go_type, fields)
+    checks = {str: as_str, int: as_int, bool: as_bool}
+    return {name: checks[kind_](values[name], f"{go_type}.{name}") if name in values else _ZERO[kind_]
+            for name, kind_ in fields.items()}
+
+
 def as_list(value: Any, where: str, go_type: str = "[]string") -> list[Any]:
     if value is None:
         return []
@@ -81,6 +92,12 @@ def as_int(value: Any, where: str) -> int:
     # a float (3600.0, 1e3) is refused as Go refuses it for an int field
     if isinstance(value, bool) or not isinstance(value, int) or value not in _INT64:
         raise GoJSONError(f"json: cannot unmarshal {kind(value)} into Go struct field {where} of type int")
+    return value
+
+
+def as_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise GoJSONError(f"json: cannot unmarshal {kind(value)} into Go struct field {where} of type bool")
     return value
 
 
