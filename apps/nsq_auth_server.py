@@ -47,7 +47,7 @@ from typing import Any
 
 from aiohttp import web
 
-from services.nsqd.auth import AuthError, parse_auth_reply
+from shared.auth_reply import AuthError, parse_auth_reply
 from shared.flags import FlagError, option
 from shared.http_api import HTTPError, error_response, json_response, nsq_errors, parse_bool, text_response
 from shared.listeners import listen_http

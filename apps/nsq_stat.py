@@ -11,29 +11,25 @@ topic/channel is logged and the next poll tries again; a sample taken from anoth
 one (a node lost or gained) starts a new baseline instead of printing a rate that mixes the two sets.
 
 The aggregation (``channel_stats``, ``aggregate``, ``producer_addresses``) and the table (``Report``) are pure;
-``Cluster`` owns the HTTP and ``stat_loop`` the timing.
+``Cluster`` asks the nodes (through ``shared.cluster_info``) and ``stat_loop`` keeps the timing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, TextIO
-from urllib.parse import urlencode
+from typing import Any, TextIO, TypeVar
 
-import aiohttp
-
-from shared.addresses import join_host_port
+from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers, http_address
 from shared.flags import FlagError, option, require_positive
-from shared.log_format import describe
 from shared.program import ProgramOptions, run_tool
 from shared.version import VERSION, version_line
 
 log = logging.getLogger("nsq_stat")
+T = TypeVar("T")
 
 HEADER_EVERY = 25
 HEADER = (
@@ -41,8 +37,6 @@ HEADER = (
     (f"{'ingress':>7} {'egress':>7} | {'total':>7} {'mem':>7} {'disk':>7} {'inflt':>5} {'def':>5} | "
      f"{'req':>7} {'t-o':>7} {'msgs':>12} {'clients':>7}"),
 )
-# the media type of NSQ's V1 HTTP answers (unwrapped JSON), which NSQ's HTTP client asks for
-_ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 _COUNTERS = ("depth", "backend_depth", "in_flight_count", "deferred_count", "requeue_count", "timeout_count",
              "message_count")
 
@@ -122,15 +116,9 @@ def aggregate(documents: Iterable[Mapping[str, Any]], topic: str, channel: str) 
     return sum(found, ChannelStats()) if found else None
 
 
-def producer_addresses(lookups: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The HTTP addresses of the producers in lookupd ``/lookup`` answers, each once, in the order first seen."""
-    addresses: dict[str, None] = {}
-    for lookup in lookups:
-        for producer in lookup.get("producers") or []:
-            host, port = producer.get("broadcast_address"), producer.get("http_port")
-            if host and port:
-                addresses[join_host_port(str(host), int(port))] = None
-    return list(addresses)
+def producer_addresses(lookups: Iterable[list[dict[str, Any]]]) -> list[str]:
+    """The HTTP addresses of the producers several lookupds list, each once, in the order first seen."""
+    return list(dict.fromkeys(http_address(producer) for producers in lookups for producer in producers))
 
 
 def format_row(current: ChannelStats, previous: ChannelStats, interval: float) -> str:
@@ -178,21 +166,17 @@ class Report:
         self.previous = None
 
 
-class PollError(Exception):
-    """One HTTP request of a poll that failed; the message names the URL."""
-
-
 class Cluster:
     """Polls the nsqd nodes of one topic/channel over HTTP, as NSQ's ``clusterinfo`` does; logs what fails."""
 
-    def __init__(self, session: aiohttp.ClientSession, opts: Options) -> None:
-        self._session = session
+    def __init__(self, info: ClusterInfo, opts: Options) -> None:
+        self._info = info
         self._opts = opts
 
     async def sample(self) -> Sample | None:
         """The channel summed over the nodes that answered; None (the reason logged) when there is none."""
         nodes = await self._nodes()
-        documents = await self._get_all(nodes, "/stats", self._stats_query(), "failed to get nsqd stats")
+        documents = await _from_each(nodes, self._stats, "failed to get nsqd stats")
         if nodes and not documents:
             return None  # every node failed, each one logged
         stats = aggregate(documents.values(), self._opts.topic, self._opts.channel)
@@ -202,58 +186,28 @@ class Cluster:
             return None
         return Sample(stats, frozenset(documents))
 
-    def _stats_query(self) -> dict[str, str]:
-        return {"format": "json", "topic": self._opts.topic, "channel": self._opts.channel,
-                "include_clients": "false"}
+    def _stats(self, address: str) -> Awaitable[dict[str, Any]]:
+        return self._info.stats(address, self._opts.topic, self._opts.channel)
 
     async def _nodes(self) -> list[str]:
         """The nsqd HTTP addresses to poll: the given ones, or the topic's producers known to any lookupd."""
         if not self._opts.lookupd_http_address:
             return list(self._opts.nsqd_http_address)
-        lookups = await self._get_all(self._opts.lookupd_http_address, "/lookup", {"topic": self._opts.topic},
-                                      "failed to get topic producers")
+        lookups = await _from_each(self._opts.lookupd_http_address,
+                                   lambda address: self._info.producers(address, self._opts.topic),
+                                   "failed to get topic producers")
         return producer_addresses(lookups.values())
 
-    async def _get_all(self, addresses: list[str], path: str, query: dict[str, str],
-                       failure: str) -> dict[str, dict[str, Any]]:
-        """Each address's answer, asked concurrently; the failures are logged and left out."""
-        urls = [f"http://{address}{path}?{urlencode(query)}" for address in addresses]
-        results = await asyncio.gather(*(self._try_get(url) for url in urls))
-        answers = {}
-        for address, result in zip(addresses, results):
-            if isinstance(result, PollError):
-                log.error("%s - %s", failure, result)
-            else:
-                answers[address] = result
-        return answers
 
-    async def _try_get(self, url: str) -> dict[str, Any] | PollError:
-        try:
-            return await self._get_json(url)
-        except PollError as error:
-            return error
-
-    async def _get_json(self, url: str) -> dict[str, Any]:
-        """NSQ's ``GETV1``: the JSON object of a 200 answer; anything else raised as a PollError."""
-        try:
-            async with self._session.get(url) as response:
-                body = await response.read()
-                if response.status != 200:
-                    raise PollError(f"{url}: got response {response.status} {response.reason} "
-                                    f"{body.decode(errors='replace')!r}")
-                document = json.loads(body)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            raise PollError(f"{url}: {describe(error)}") from error
-        if not isinstance(document, dict):
-            raise PollError(f"{url}: not a JSON object")
-        return document
-
-
-def _session(opts: Options) -> aiohttp.ClientSession:
-    timeout = aiohttp.ClientTimeout(total=opts.http_client_request_timeout,
-                                    sock_connect=opts.http_client_connect_timeout)
-    headers = {"Accept": _ACCEPT_V1, "User-Agent": f"nsq_stat/{VERSION}"}
-    return aiohttp.ClientSession(timeout=timeout, headers=headers)
+async def _from_each(addresses: list[str], ask: Callable[[str], Awaitable[T]], failure: str) -> dict[str, T]:
+    """Each address's answer, asked concurrently; the failures are logged and left out."""
+    answers = {}
+    for address, answer in zip(addresses, await gather_answers(ask(address) for address in addresses)):
+        if isinstance(answer, ClusterInfoError):
+            log.error("%s - %s", failure, answer)
+        else:
+            answers[address] = answer
+    return answers
 
 
 async def _poll(cluster: Cluster, report: Report) -> list[str]:
@@ -268,8 +222,9 @@ async def stat_loop(opts: Options, out: TextIO) -> None:
     """Polls every ``--interval`` and prints, until ``--count`` rows are out (forever for 0)."""
     report = Report(opts.interval)
     loop = asyncio.get_running_loop()
-    async with _session(opts) as session:
-        cluster = Cluster(session, opts)
+    async with ClusterInfo.open(opts.http_client_connect_timeout, opts.http_client_request_timeout,
+                                f"nsq_stat/{VERSION}") as info:
+        cluster = Cluster(info, opts)
         deadline = loop.time()
         while True:
             lines = await _poll(cluster, report)

@@ -23,7 +23,6 @@ with exit status 2.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import re
@@ -33,12 +32,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from shared.client import Consumer, Message
-from shared.client.lookupd import lookupd_url
+from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers
 from shared.flags import FlagError, option, require_positive
-from shared.log_format import describe
 from shared.names import is_valid_name
 from shared.program import ProgramOptions, run_tool
 from shared.version import VERSION, version_line
@@ -59,7 +55,6 @@ log = logging.getLogger("nsq_to_file")
 
 USER_AGENT = f"nsq_to_file/{VERSION} nsq-py/{VERSION}"
 STOP_SYNC_INTERVAL = 0.05  # while stopping, how often what came in is synced and finished
-_ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 
 
 @dataclass
@@ -144,12 +139,6 @@ def logger_settings(opts: Options, topic: str) -> LoggerSettings:
 def topic_allowed(pattern: str, topic: str) -> bool:
     """NSQ's ``regexp.MatchString``: the pattern may match anywhere in the name; an empty pattern allows all."""
     return not pattern or re.search(pattern, topic) is not None
-
-
-def lookupd_topics(answer: Any) -> list[str]:
-    """The topic names of a lookupd ``/topics`` answer (NSQ 1.x's bare object or the older envelope)."""
-    data = answer.get("data", answer) if "status_code" in answer else answer
-    return [str(topic) for topic in data.get("topics") or []]
 
 
 class TopicArchiver:
@@ -278,34 +267,24 @@ class TopicDiscoverer:
         self.failed.set()
 
     async def _poll(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=self._opts.http_client_request_timeout,
-                                        sock_connect=self._opts.http_client_connect_timeout)
-        headers = {**_ACCEPT_V1, "User-Agent": USER_AGENT}
-        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+        async with ClusterInfo.open(self._opts.http_client_connect_timeout, self._opts.http_client_request_timeout,
+                                    USER_AGENT) as cluster:
             while True:
-                topics = await self._topics(session)
+                topics = await self._topics(cluster)
                 if topics is not None:
                     await self.update_topics(topics)
                 await asyncio.sleep(self._opts.topic_refresh)
 
-    async def _topics(self, session: aiohttp.ClientSession) -> list[str] | None:
+    async def _topics(self, cluster: ClusterInfo) -> list[str] | None:
         """Every topic the lookupds know, sorted; None (and logged) when none of them answered."""
-        answers = await asyncio.gather(*(self._get_topics(session, address)
-                                         for address in self._opts.lookupd_http_address))
-        found = [answer for answer in answers if answer is not None]
-        return sorted({topic for answer in found for topic in answer}) if found else None
-
-    async def _get_topics(self, session: aiohttp.ClientSession, address: str) -> list[str] | None:
-        url = lookupd_url(address, "/topics")
-        try:
-            async with session.get(url) as response:
-                body = await response.read()
-                if response.status != 200:
-                    raise ValueError(f"got response {response.status} {body.decode(errors='replace')!r}")
-                return lookupd_topics(json.loads(body))
-        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as error:
-            log.error("could not retrieve topic list: %s: %s", url, describe(error))
-            return None
+        answers = await gather_answers(cluster.topics(address) for address in self._opts.lookupd_http_address)
+        found = []
+        for answer in answers:
+            if isinstance(answer, ClusterInfoError):
+                log.error("could not retrieve topic list: %s", answer)
+            else:
+                found.append(answer)
+        return sorted({topic for topics in found for topic in topics}) if found else None
 
     async def _stop_poller(self) -> None:
         if self._poller is not None:

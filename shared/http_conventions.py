@@ -1,7 +1,8 @@
 """NSQ's HTTP conventions, independent of any server: the ``{"message": CODE}`` error body, the
-``X-NSQ-Content-Type`` header, parseBool for query flags, and where julienschmidt/httprouter (NSQ's router)
-redirects a path that matches no route. Both HTTP stacks build on these: aiohttp (lookupd, the admin, the tools)
-through ``shared.http_api``, and nsqd's own server (``services.nsqd.http_server``).
+``X-NSQ-Content-Type`` header, the V1 ``Accept`` header its clients send, parseBool for query flags, and where
+julienschmidt/httprouter (NSQ's router) redirects a path that matches no route. Both HTTP stacks build on these:
+aiohttp (lookupd, the admin, the tools) through ``shared.http_api``, and nsqd's own server
+(``services.nsqd.http_server``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import posixpath
 from typing import Any
 
 NSQ_CONTENT_TYPE = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+# what NSQ's HTTP clients accept: the V1 answer, bare JSON, even from nsqd and lookupd older than 1.0
+ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 
 

@@ -15,6 +15,7 @@ import aiohttp
 import aiosqlite
 from aiohttp import web
 
+from shared.cluster_info import ClusterInfo
 from shared.listeners import listen_http
 from shared.metrics import PrometheusEndpoint
 from shared.version import VERSION
@@ -23,11 +24,12 @@ from .aggregation import Json
 from .audit import AuditEntry, AuditLog
 from .cluster import Cluster
 from .history import History, samples_from_stats
+from .http_api import build_app
 from .notifications import Notifier, notification_body
 from .options import Options
 from .pages import Pages
 from .store import open_store
-from .upstream import Upstream, UpstreamError, Warnings
+from .upstream import UpstreamError, Warnings
 
 log = logging.getLogger("nsqadmin")
 
@@ -68,14 +70,12 @@ class NSQAdmin:
             raise
 
     async def _start(self) -> None:
-        from .http_api import build_app  # the routes import this module's types
-
         self._database = await open_store(self.database_path)
         self.history, self.audit = History(self._database), AuditLog(self._database)
         timeout = aiohttp.ClientTimeout(total=self.opts.http_client_request_timeout,
                                         sock_connect=self.opts.http_client_connect_timeout)
         self._session = aiohttp.ClientSession(timeout=timeout, headers={"User-Agent": f"nsqadmin/{VERSION}"})
-        self.cluster = Cluster(Upstream(self._session), self.opts.nsqlookupd_http_addresses,
+        self.cluster = Cluster(ClusterInfo(self._session), self.opts.nsqlookupd_http_addresses,
                                self.opts.nsqd_http_addresses)
         if self.opts.notification_http_endpoint:
             self._notifier = Notifier(self._session, self.opts.notification_http_endpoint, timeout)

@@ -1,9 +1,10 @@
 """The cluster view, built from what lookupd and nsqd answer: pure functions from their JSON to nsqadmin's JSON.
 
-Input is nsqd's ``/stats?format=json`` and lookupd's ``/nodes`` and ``/lookup`` answers, NSQ's or ours (the same
-shapes). Output is the shape of nsqadmin's ``/api/...`` answers: per-node rows carry ``node`` (the nsqd's
-``broadcast_address:http_port``) and ``hostname``; aggregates carry ``"node": "*"`` and the per-node rows they sum
-under ``nodes``. Nothing here does I/O, so every rule is tested from canned answers.
+Input is nsqd's ``/stats?format=json`` and the producers of lookupd's ``/nodes`` and ``/lookup`` answers, NSQ's or
+ours (the same shapes), as ``shared.cluster_info`` reads them. Output is the shape of nsqadmin's ``/api/...``
+answers: per-node rows carry ``node`` (the nsqd's ``broadcast_address:http_port``) and ``hostname``; aggregates
+carry ``"node": "*"`` and the per-node rows they sum under ``nodes``. Nothing here does I/O, so every rule is
+tested from canned answers.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from shared.addresses import join_host_port
+from shared.cluster_info import http_address, tcp_address
 
 Json = dict[str, Any]
 
@@ -28,11 +29,6 @@ _CLIENT_TLS = (("tls", False), ("tls_cipher_suite", ""), ("tls_version", ""), ("
                ("tls_negotiated_protocol_is_mutual", False))
 _TOPOLOGY = ("topology_zone", "topology_region")
 _NANOS = 1_000_000_000
-
-
-def node_address(producer: Json) -> str:
-    """How nsqadmin names an nsqd: its broadcast address and HTTP port."""
-    return join_host_port(producer["broadcast_address"], int(producer["http_port"]))
 
 
 # --- one nsqd's /stats, as nsqadmin's per-node rows ---------------------------------------------------------------
@@ -174,21 +170,13 @@ def counter_stats(topic_rows: Iterable[Json]) -> Json:
 
 # --- lookupd answers ---------------------------------------------------------------------------------------------
 
-def lookupd_data(answer: Json) -> Json:
-    """NSQ 1.x answers with a bare object, older lookupds wrap it in ``{"status_code", "data"}``."""
-    if "status_code" in answer and isinstance(answer.get("data"), dict):
-        data: Json = answer["data"]
-        return data
-    return answer
-
-
-def merge_nodes(answers: Iterable[tuple[str, Json]]) -> list[Json]:
-    """nsqadmin's ``/api/nodes`` from ``(lookupd address, /nodes answer)`` pairs: one row per nsqd (by TCP
+def merge_nodes(answers: Iterable[tuple[str, list[Json]]]) -> list[Json]:
+    """nsqadmin's ``/api/nodes`` from ``(lookupd address, its /nodes producers)`` pairs: one row per nsqd (by TCP
     address) with every lookupd that knows it in ``remote_addresses``; ``out_of_date`` when older than the newest."""
     by_tcp: dict[str, Json] = {}
-    for lookupd, answer in answers:
-        for producer in lookupd_data(answer).get("producers") or []:
-            key = join_host_port(producer["broadcast_address"], int(producer["tcp_port"]))
+    for lookupd, producers in answers:
+        for producer in producers:
+            key = tcp_address(producer)
             row = by_tcp.get(key)
             if row is None:
                 row = by_tcp[key] = _node_row(producer)
@@ -223,12 +211,12 @@ def nsqd_node_row(info: Json, stats: Json) -> Json:
             "out_of_date": False}
 
 
-def merge_producers(answers: Iterable[Json]) -> list[Json]:
+def merge_producers(answers: Iterable[list[Json]]) -> list[Json]:
     """The producers of ``/lookup`` answers from several lookupds, each nsqd once (by HTTP address)."""
     seen: dict[str, Json] = {}
-    for answer in answers:
-        for producer in lookupd_data(answer).get("producers") or []:
-            seen.setdefault(node_address(producer), producer)
+    for producers in answers:
+        for producer in producers:
+            seen.setdefault(http_address(producer), producer)
     return list(seen.values())
 
 

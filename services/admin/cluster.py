@@ -2,7 +2,7 @@
 directly), and the operator actions fanned out to them in nsqadmin's order.
 
 Every read takes a ``Warnings`` that collects the hosts that failed; a step where every host failed raises
-``UpstreamError``. The JSON shapes come from ``aggregation``.
+``UpstreamError``. The hosts are asked through ``shared.cluster_info``; the JSON shapes come from ``aggregation``.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
+
+from shared.cluster_info import ClusterInfo, ClusterInfoError, http_address
 
 from . import aggregation
 from .aggregation import Json
-from .upstream import Upstream, UpstreamError, Warnings
+from .upstream import Warnings, each
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,8 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, upstream: Upstream, lookupd_addresses: list[str], nsqd_addresses: list[str]) -> None:
-        self.upstream = upstream
+    def __init__(self, client: ClusterInfo, lookupd_addresses: list[str], nsqd_addresses: list[str]) -> None:
+        self.client = client
         self.lookupd_addresses = list(lookupd_addresses)
         self.nsqd_addresses = list(nsqd_addresses)
 
@@ -35,12 +36,10 @@ class Cluster:
 
     async def topic_names(self, warnings: Warnings) -> list[str]:
         if self.lookupd_addresses:
-            answers = await self._from_lookupds("/topics", warnings)
-            names = {name for answer in answers for name in aggregation.lookupd_data(answer).get("topics") or []}
+            answers = await each((self.client.topics(address) for address in self.lookupd_addresses), warnings)
+            names = {name for topics in answers for name in topics}
         else:
-            stats = await self.upstream.each(
-                (self.upstream.get_json(address, "/stats", format="json", include_clients="false")
-                 for address in self.nsqd_addresses), warnings)
+            stats = await each((self.client.stats(address) for address in self.nsqd_addresses), warnings)
             names = {topic["topic_name"] for answer in stats for topic in answer.get("topics") or []}
         return sorted(names)
 
@@ -55,33 +54,31 @@ class Cluster:
     async def _inactive_channels(self, topic: str, warnings: Warnings) -> tuple[str, list[str] | None]:
         if await self.topic_nodes(topic, warnings):
             return topic, None
-        answers = await self._from_lookupds("/channels", warnings, topic=topic)
-        return topic, sorted({name for answer in answers
-                              for name in aggregation.lookupd_data(answer).get("channels") or []})
+        answers = await each((self.client.channels(address, topic) for address in self.lookupd_addresses), warnings)
+        return topic, sorted({name for channels in answers for name in channels})
 
     async def nodes(self, warnings: Warnings) -> list[Json]:
         """nsqadmin's ``/api/nodes`` rows."""
         if self.lookupd_addresses:
-            answers = await self.upstream.each((self._tagged(address, "/nodes") for address in self.lookupd_addresses),
-                                               warnings)
+            answers = await each((self._lookupd_nodes(address) for address in self.lookupd_addresses), warnings)
             return aggregation.merge_nodes(answers)
-        rows = await self.upstream.each((self._nsqd_row(address) for address in self.nsqd_addresses), warnings)
+        rows = await each((self._nsqd_row(address) for address in self.nsqd_addresses), warnings)
         return sorted(rows, key=lambda row: (row["hostname"], row["broadcast_address"], row["http_port"]))
 
     async def topic_nodes(self, topic: str, warnings: Warnings) -> list[Node]:
         """The nsqd that have ``topic``."""
         if self.lookupd_addresses:
-            answers = await self._from_lookupds("/lookup", warnings, topic=topic, missing_ok=True)
-            return [Node(aggregation.node_address(producer), producer.get("hostname", ""))
+            answers = await each((self._producers(address, topic) for address in self.lookupd_addresses), warnings)
+            return [Node(http_address(producer), producer.get("hostname", ""))
                     for producer in aggregation.merge_producers(answers)]
         nodes = []
         for row in await self.nodes(warnings):
             if any(entry["topic"] == topic for entry in row["topics"]):
-                nodes.append(Node(aggregation.node_address(row), row["hostname"]))
+                nodes.append(Node(http_address(row), row["hostname"]))
         return nodes
 
     async def all_nodes(self, warnings: Warnings) -> list[Node]:
-        return [Node(aggregation.node_address(row), row["hostname"]) for row in await self.nodes(warnings)]
+        return [Node(http_address(row), row["hostname"]) for row in await self.nodes(warnings)]
 
     async def topic(self, topic: str, warnings: Warnings) -> Json:
         nodes = await self.topic_nodes(topic, warnings)
@@ -115,37 +112,29 @@ class Cluster:
     async def node_topic_rows(self, nodes: list[Node], warnings: Warnings, topic: str = "", channel: str = "",
                               include_clients: bool = False) -> list[Json]:
         """Per-node topic rows of the given nodes' ``/stats`` (narrowed to ``topic``/``channel`` when given)."""
-        query = {"format": "json", "include_clients": "true" if include_clients else "false"}
-        query.update({key: value for key, value in (("topic", topic), ("channel", channel)) if value})
-        answers = await self.upstream.each((self._stats(node, query) for node in nodes), warnings)
+        answers = await each((self._node_topics(node, topic, channel, include_clients) for node in nodes), warnings)
         rows = [row for answer in answers for row in answer]
         return [row for row in rows if not topic or row["topic_name"] == topic]
 
-    async def _stats(self, node: Node, query: dict[str, str]) -> list[Json]:
-        stats = await self.upstream.get_json(node.address, "/stats", **query)
+    async def _node_topics(self, node: Node, topic: str, channel: str, include_clients: bool) -> list[Json]:
+        stats = await self.client.stats(node.address, topic, channel, include_clients)
         return aggregation.node_topics(node.address, node.hostname, stats, time.time())
 
     async def _nsqd_row(self, address: str) -> Json:
-        info = await self.upstream.get_json(address, "/info")
-        stats = await self.upstream.get_json(address, "/stats", format="json", include_clients="false")
-        return aggregation.nsqd_node_row(info, stats)
+        info = await self.client.info(address)
+        return aggregation.nsqd_node_row(info, await self.client.stats(address))
 
-    async def _tagged(self, address: str, path: str) -> tuple[str, Json]:
-        return address, await self.upstream.get_json(address, path)
+    async def _lookupd_nodes(self, address: str) -> tuple[str, list[Json]]:
+        return address, await self.client.nodes(address)
 
-    async def _from_lookupds(self, path: str, warnings: Warnings, missing_ok: bool = False, **query: str) -> list[Json]:
-        return await self.upstream.each((self._lookupd_get(address, path, missing_ok, query)
-                                         for address in self.lookupd_addresses), warnings)
-
-    async def _lookupd_get(self, address: str, path: str, missing_ok: bool, query: dict[str, str]) -> Json:
+    async def _producers(self, address: str, topic: str) -> list[Json]:
         try:
-            answer: Json = await self.upstream.get_json(address, path, **query)
-        except UpstreamError as error:
+            return await self.client.producers(address, topic)
+        except ClusterInfoError as error:
             # a lookupd that has never heard of a topic answers 404 TOPIC_NOT_FOUND: no producers, not a failure
-            if missing_ok and " 404 " in str(error):
-                return {"producers": []}
+            if error.status == 404:
+                return []
             raise
-        return answer
 
     # --- actions, in nsqadmin's order: a delete finds the topic's nodes before the lookupds forget them ----------
 
@@ -181,8 +170,7 @@ class Cluster:
         await self._on_nodes([Node(address, "")], "/topic/delete", warnings, topic=topic)
 
     async def _on_lookupds(self, path: str, warnings: Warnings, **query: str) -> None:
-        await self.upstream.each((self.upstream.post(address, path, **query) for address in self.lookupd_addresses),
-                                 warnings)
+        await each((self.client.post(address, path, **query) for address in self.lookupd_addresses), warnings)
 
-    async def _on_nodes(self, nodes: list[Node], path: str, warnings: Warnings, **query: Any) -> None:
-        await self.upstream.each((self.upstream.post(node.address, path, **query) for node in nodes), warnings)
+    async def _on_nodes(self, nodes: list[Node], path: str, warnings: Warnings, **query: str) -> None:
+        await each((self.client.post(node.address, path, **query) for node in nodes), warnings)

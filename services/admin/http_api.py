@@ -12,7 +12,7 @@ import ipaddress
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
@@ -21,20 +21,17 @@ from shared.names import is_valid_channel_name, is_valid_topic_name
 from shared.runtime_config import address_list, option_value, set_log_level
 
 from . import web_ui
+from .app_state import ADMIN_KEY, AdminState, admin_of, is_admin, user_of
 from .audit import AuditEntry
 from .upstream import UpstreamError, Warnings
 
-if TYPE_CHECKING:
-    from .admin import NSQAdmin
-
 log = logging.getLogger("nsqadmin")
 
-ADMIN_KEY: web.AppKey[NSQAdmin] = web.AppKey("nsqadmin")
 TOPIC_ACTIONS = ("pause", "unpause", "empty")
 _CONFIG_BODY_LIMIT = 1024 * 1024
 
 
-def build_app(admin: NSQAdmin) -> web.Application:
+def build_app(admin: AdminState) -> web.Application:
     app = web.Application(middlewares=[measure_requests, compress, nsq_errors(log), upstream_errors,
                                        redirect_fixed_paths])
     app[ADMIN_KEY] = admin
@@ -58,10 +55,6 @@ def build_app(admin: NSQAdmin) -> web.Application:
     app.router.add_delete(prefix + "/api/nodes/{node}", tombstone_topic)
     app.router.add_static(prefix + "/static", web_ui.STATIC_DIR)
     return app
-
-
-def admin_of(request: web.Request) -> NSQAdmin:
-    return request.app[ADMIN_KEY]
 
 
 # --- middlewares -------------------------------------------------------------------------------------------------
@@ -215,15 +208,6 @@ async def put_config(request: web.Request) -> web.Response:
 
 
 # --- actions -------------------------------------------------------------------------------------------------------
-
-def user_of(request: web.Request) -> str:
-    return request.headers.get(admin_of(request).opts.acl_http_header, "")
-
-
-def is_admin(request: web.Request) -> bool:
-    admins = admin_of(request).opts.admin_users
-    return not admins or user_of(request) in admins
-
 
 async def _body(request: web.Request) -> dict[str, Any]:
     try:

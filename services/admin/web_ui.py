@@ -10,21 +10,19 @@ import asyncio
 import functools
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 from markupsafe import Markup
 
+from shared.http_api import Handler
+
 from . import overview
 from .aggregation import Json
+from .app_state import AdminState, admin_of, is_admin, user_of
 from .charts import line_chart_svg
 from .history import rates
 from .upstream import UpstreamError, Warnings
-
-if TYPE_CHECKING:
-    from shared.http_api import Handler
-
-    from .admin import NSQAdmin
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 PageHandler = Callable[[web.Request], Awaitable[web.Response]]
@@ -37,17 +35,9 @@ def routes() -> list[tuple[str, Handler]]:
             ("/counter", counter_page), ("/lookup", lookup_page), ("/audit", audit_page)]
 
 
-def _admin(request: web.Request) -> NSQAdmin:
-    from .http_api import admin_of
-
-    return admin_of(request)
-
-
 def _render(request: web.Request, template: str, active: str, title: str, warnings: Warnings,
             status: int = 200, **context: Any) -> web.Response:
-    from .http_api import is_admin, user_of
-
-    admin = _admin(request)
+    admin = admin_of(request)
     text = admin.pages.render(template, active=active, title=title, is_admin=is_admin(request),
                               user=user_of(request), message=warnings.message(),
                               lookupd_addresses=admin.cluster.lookupd_addresses,
@@ -71,7 +61,7 @@ def _page(active: str) -> Callable[[PageHandler], PageHandler]:
 
 @_page("topics")
 async def topics_page(request: web.Request) -> web.Response:
-    admin, warnings = _admin(request), Warnings()
+    admin, warnings = admin_of(request), Warnings()
     names, snapshot = await asyncio.gather(admin.cluster.topic_names(warnings), _counts(admin, warnings))
     rows = overview.topic_rows(names, snapshot, await _latest_rates(admin, names))
     order = overview.sort_order(dict(request.query))
@@ -81,7 +71,7 @@ async def topics_page(request: web.Request) -> web.Response:
 
 @_page("topics")
 async def topic_page(request: web.Request) -> web.Response:
-    admin, warnings, topic_name = _admin(request), Warnings(), request.match_info["topic"]
+    admin, warnings, topic_name = admin_of(request), Warnings(), request.match_info["topic"]
     topic = await admin.cluster.topic(topic_name, warnings)
     window = _window(request)
     charts = await _charts(admin, topic_name, "", CHART_WINDOWS[window])
@@ -91,7 +81,7 @@ async def topic_page(request: web.Request) -> web.Response:
 
 @_page("topics")
 async def channel_page(request: web.Request) -> web.Response:
-    admin, warnings, match = _admin(request), Warnings(), request.match_info
+    admin, warnings, match = admin_of(request), Warnings(), request.match_info
     channel = await admin.cluster.channel(match["topic"], match["channel"], warnings)
     window = _window(request)
     charts = await _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window])
@@ -101,7 +91,7 @@ async def channel_page(request: web.Request) -> web.Response:
 
 @_page("nodes")
 async def nodes_page(request: web.Request) -> web.Response:
-    admin, warnings = _admin(request), Warnings()
+    admin, warnings = admin_of(request), Warnings()
     nodes = await admin.cluster.nodes(warnings)
     return _render(request, "nodes.html", "nodes", "Nodes", warnings, nodes=nodes,
                    lookupd_count=len(admin.cluster.lookupd_addresses))
@@ -109,7 +99,7 @@ async def nodes_page(request: web.Request) -> web.Response:
 
 @_page("nodes")
 async def node_page(request: web.Request) -> web.Response:
-    admin, warnings, address = _admin(request), Warnings(), request.match_info["node"]
+    admin, warnings, address = admin_of(request), Warnings(), request.match_info["node"]
     node = await admin.cluster.node(address, warnings)
     if node is None:
         return _render(request, "error.html", "nodes", "Error", warnings, status=404,
@@ -119,7 +109,7 @@ async def node_page(request: web.Request) -> web.Response:
 
 @_page("counter")
 async def counter_page(request: web.Request) -> web.Response:
-    admin, warnings = _admin(request), Warnings()
+    admin, warnings = admin_of(request), Warnings()
     stats = await admin.cluster.counter(warnings)
     return _render(request, "counter.html", "counter", "Counter", warnings,
                    total=sum(entry["message_count"] for entry in stats.values()))
@@ -127,13 +117,13 @@ async def counter_page(request: web.Request) -> web.Response:
 
 @_page("lookup")
 async def lookup_page(request: web.Request) -> web.Response:
-    admin, warnings = _admin(request), Warnings()
+    admin, warnings = admin_of(request), Warnings()
     inactive = await admin.cluster.inactive_topics(warnings)
     return _render(request, "lookup.html", "lookup", "Lookup", warnings, inactive=inactive)
 
 
 async def audit_page(request: web.Request) -> web.Response:
-    entries = await _admin(request).audit.recent()
+    entries = await admin_of(request).audit.recent()
     return _render(request, "audit.html", "audit", "Audit log", Warnings(), entries=entries)
 
 
@@ -142,7 +132,7 @@ def _window(request: web.Request) -> str:
     return window if window in CHART_WINDOWS else "1h"
 
 
-async def _charts(admin: NSQAdmin, topic: str, channel: str, seconds: int) -> list[Markup]:
+async def _charts(admin: AdminState, topic: str, channel: str, seconds: int) -> list[Markup]:
     samples = await admin.history.series(topic, channel, time.time() - seconds)
     depth = [(sample.ts, float(sample.depth)) for sample in samples]
     charts = [line_chart_svg("Rate", rates(samples), unit="msg/s"), line_chart_svg("Depth", depth, unit="messages")]
@@ -155,7 +145,7 @@ async def _charts(admin: NSQAdmin, topic: str, channel: str, seconds: int) -> li
     return charts
 
 
-async def _counts(admin: NSQAdmin, warnings: Warnings) -> list[Json]:
+async def _counts(admin: AdminState, warnings: Warnings) -> list[Json]:
     """Every topic's counts; none (and a warning) when no nsqd answered, so that the names still show."""
     try:
         return await admin.cluster.topics_snapshot(warnings)
@@ -164,7 +154,7 @@ async def _counts(admin: NSQAdmin, warnings: Warnings) -> list[Json]:
         return []
 
 
-async def _latest_rates(admin: NSQAdmin, topics: list[str]) -> dict[str, float]:
+async def _latest_rates(admin: AdminState, topics: list[str]) -> dict[str, float]:
     """Each topic's rate over its last two samples (none until two were taken)."""
     since = time.time() - 3 * max(admin.opts.history_interval, 1.0)
     latest = {}

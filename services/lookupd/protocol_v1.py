@@ -10,8 +10,9 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Callable, cast
 
+from shared import go_json
 from shared.addresses import join_host_port
 from shared.names import is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import Command
@@ -120,23 +121,18 @@ class ConnectionV1(asyncio.Protocol):
         return self.peer
 
 
+_PEER_FIELDS: dict[str, type] = {
+    "broadcast_address": str, "tcp_port": int, "http_port": int, "version": str, "hostname": str,
+    "topology_zone": str, "topology_region": str, "external_broadcast_address": str, "external_tcp_port": int,
+    "external_http_port": int}
+
+
 def _peer_info(body: bytes, remote_address: str) -> PeerInfo:
+    """The IDENTIFY body as Go's json.Unmarshal fills NSQ's ``PeerInfo``; the fields lookupd needs must be set."""
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        data = None
-    if not isinstance(data, dict):
-        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-    fields: dict[str, type] = {"broadcast_address": str, "tcp_port": int, "http_port": int, "version": str,
-                               "hostname": str, "topology_zone": str, "topology_region": str,
-                               "external_broadcast_address": str, "external_tcp_port": int,
-                               "external_http_port": int}
-    values: dict[str, Any] = {}
-    for name, kind in fields.items():
-        value = data.get(name)
-        if value is not None and type(value) is not kind:
-            raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
-        values[name] = value if value is not None else kind()
+        values = go_json.unmarshal(body, "nsqlookupd.PeerInfo", _PEER_FIELDS)
+    except go_json.GoJSONError:
+        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
     if not values["broadcast_address"] or not values["tcp_port"] or not values["http_port"] or not values["version"]:
         raise FatalClientError("E_BAD_BODY", "IDENTIFY missing fields")
     return PeerInfo(id=remote_address, remote_address=remote_address, last_update=time.time(), **values)

@@ -1,5 +1,15 @@
-"""Asks the ``--auth-http-address`` servers about a client's secret (the rules are in ``auth``'s docstring).
-Imported only when nsqd has auth servers: it brings aiohttp's client.
+"""Asks the ``--auth-http-address`` servers about a client's secret, as NSQ's ``internal/auth`` does (the reply is
+read by ``shared.auth_reply``):
+
+- each address is ``host:port`` (asked at ``http://host:port/auth``) or a full URL containing ``://``, used as is;
+- the servers are tried from a random one on, in turn, until one gives a valid answer; if none does, one
+  ``AuthError`` names every address with its failure;
+- GET sends ``?common_name=&remote_ip=&secret=&tls=`` (sorted, as Go's ``url.Values.Encode``); POST sends the same
+  ``url.Values`` as JSON, so every value is a one-element list;
+- a 403 whose JSON names an ``https_port`` is asked again over https on that port (NSQ's V1 HTTP client).
+
+Error messages name the auth server's address, never the request URL, so a secret sent in a GET query does not end
+up in nsqd's log. Imported only when nsqd has auth servers: it brings aiohttp's client.
 """
 
 from __future__ import annotations
@@ -14,9 +24,12 @@ from urllib.parse import quote_plus
 import aiohttp
 from yarl import URL
 
+from shared import go_json
+from shared.auth_reply import AuthError, AuthState, parse_auth_reply
+from shared.http_conventions import ACCEPT_V1
 from shared.names import go_quote
 
-from .auth import ACCEPT_V1, METHODS, AuthError, AuthState, go_json, parse_auth_reply
+METHODS = ("get", "post")
 
 
 def endpoint(address: str) -> str:
@@ -84,7 +97,7 @@ class AuthClient:
         if self.method == "get":
             url, data = f"{url}?{_query_string(values)}", None
         else:
-            data = go_json({key: [value] for key, value in values.items()})
+            data = go_json.encode({key: [value] for key, value in values.items()})
         status, reason, body = await self._request(url, data)
         if status == 403 and not url.startswith("https"):
             # NSQ's V1 client: a 403 naming an https_port means "ask me over https"; Go would also follow a

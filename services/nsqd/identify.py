@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shared import go_json
 from shared.protocol.errors import FatalClientError
 from shared.version import VERSION
 
@@ -36,29 +37,12 @@ class Identity:
 
 
 def _decode(body: bytes) -> dict[str, Any]:
-    """The request's known fields, type-checked as Go's json.Unmarshal does: null leaves a field at its zero
+    """The request's fields as Go's json.Unmarshal fills NSQ's ``identifyDataV2``: null leaves a field at its zero
     value, and a value of the wrong type (a fraction in an integer field included) fails the whole decode."""
     try:
-        # Go's decoder replaces invalid UTF-8 rather than failing
-        data = json.loads(body.decode("utf-8", "replace"))
-    except (ValueError, RecursionError):
-        data = None
-    if not isinstance(data, dict):
-        raise _undecodable()
-    fields: dict[str, Any] = {}
-    for name, kind in _FIELDS.items():
-        value = data.get(name)
-        if value is None:
-            fields[name] = kind()
-        elif type(value) is not kind:
-            raise _undecodable()
-        else:
-            fields[name] = value
-    return fields
-
-
-def _undecodable() -> FatalClientError:
-    return FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+        return go_json.unmarshal(body, "nsqd.identifyDataV2", _FIELDS)
+    except go_json.GoJSONError:
+        raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
 
 
 _FIELDS: dict[str, type] = {

@@ -7,6 +7,10 @@ restarted lookupd learns the whole node back on its own.
 
 What to register is a set, ``{(topic, "")} | {(topic, channel)}``, recomputed from nsqd's topics whenever they
 change; a peer sends the difference between that and what it registered on its current connection.
+
+A peer also reads its lookupd's HTTP API (at the address the lookupd gave in IDENTIFY), on one session kept until
+the peer stops: ``channels_in_cluster`` asks every peer for a new topic's channels, which nsqd creates before the
+topic starts.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import asyncio
 import json
 import logging
 import struct
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable
 
-from shared.addresses import split_host_port
+from shared.addresses import join_host_port, split_host_port
+from shared.cluster_info import ClusterInfo, ClusterInfoError
 from shared.log_format import describe
 from shared.protocol.lookup_v1 import MAGIC_V1
 
@@ -61,6 +67,7 @@ class LookupPeer:
         self.task: asyncio.Task[None] | None = None
         # what the lookupd said of itself in IDENTIFY (broadcast_address, http_port, ...)
         self.info: dict[str, Any] = {}
+        self._http: ClusterInfo | None = None  # the lookupd's HTTP API, opened when first asked
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"lookupd {self.address}")
@@ -72,6 +79,29 @@ class LookupPeer:
             self.task.cancel()
             await asyncio.wait({self.task}, timeout=1.0)
         self._close()
+        if self._http is not None:
+            await self._http.close()
+
+    @property
+    def http_address(self) -> str:
+        """The lookupd's HTTP address as it gave it in IDENTIFY; empty until then."""
+        if not self.info.get("broadcast_address"):
+            return ""
+        return join_host_port(self.info["broadcast_address"], self.info["http_port"])
+
+    async def channels(self, topic: str, connect_timeout: float, request_timeout: float) -> list[str]:
+        """The channels this lookupd knows for ``topic`` (the timeouts of the first call hold for the peer's
+        session); none, logged, when it does not answer."""
+        address = self.http_address
+        if not address or self._stopping:
+            return []
+        if self._http is None:
+            self._http = ClusterInfo.open(connect_timeout, request_timeout)
+        try:
+            return await self._http.channels(address, topic)
+        except ClusterInfoError as error:
+            log.error("LOOKUPD(%s): failed to get channels of topic %s - %s", address, topic, error)
+            return []
 
     def changed(self) -> None:
         """nsqd's topics or channels changed: send the difference soon."""
@@ -154,19 +184,9 @@ def _line(topic: str, channel: str) -> bytes:
     return (f"{topic} {channel}" if channel else topic).encode() + b"\n"
 
 
-async def channels_in_cluster(addresses: list[str], topic: str, connect_timeout: float,
+async def channels_in_cluster(peers: Iterable[LookupPeer], topic: str, connect_timeout: float,
                               request_timeout: float) -> set[str]:
-    """The channels the lookupds at ``addresses`` (HTTP ``host:port``) know for ``topic``; a lookupd that does not
-    answer is logged and left out."""
-    from aiohttp import ClientError, ClientSession, ClientTimeout
-
-    found: set[str] = set()
-    timeout = ClientTimeout(total=request_timeout, connect=connect_timeout)
-    async with ClientSession(timeout=timeout) as session:
-        for address in addresses:
-            try:
-                async with session.get(f"http://{address}/channels", params={"topic": topic}) as response:
-                    found.update((await response.json(content_type=None)).get("channels") or [])
-            except (ClientError, asyncio.TimeoutError, ValueError, AttributeError) as error:
-                log.error("LOOKUPD(%s): failed to get channels of topic %s - %s", address, topic, error)
-    return found
+    """The channels the peers' lookupds know for ``topic``, asked at once over their HTTP APIs; a lookupd that does
+    not answer is logged and left out."""
+    found = await asyncio.gather(*(peer.channels(topic, connect_timeout, request_timeout) for peer in peers))
+    return {channel for channels in found for channel in channels}

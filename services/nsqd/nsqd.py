@@ -192,7 +192,8 @@ class NSQD:
         try:
             from .lookup_peer import channels_in_cluster
 
-            names = await channels_in_cluster(lookupds, topic.name, self.opts.http_client_connect_timeout,
+            names = await channels_in_cluster(self.lookup_peers.values(), topic.name,
+                                              self.opts.http_client_connect_timeout,
                                               self.opts.http_client_request_timeout)
             for name in sorted(names):
                 if is_valid_channel_name(name) and not is_ephemeral(name) and not topic.exiting:

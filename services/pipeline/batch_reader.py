@@ -35,9 +35,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from shared.client import Message
 
-from .datasource import SCHEMA
 from .holding_consumer import HoldingConsumer
-from .message_rows import message_table, partition_messages, read_partition
+from .message_rows import SCHEMA, message_table, partition_messages, read_partition
 from .options import NSQOptions, parse_options
 
 if TYPE_CHECKING:

@@ -1,6 +1,7 @@
-"""Messages as rows of the ``nsq`` source's schema, carried from the driver to the executors inside an
-``InputPartition``: plain columns (lists of str, bytes and int), which pickle fast, made into one Arrow record batch
-where the partition is read (on an executor, so the driver's single Python process does the least work)."""
+"""The ``nsq`` source's rows: their schema (``SCHEMA``), and messages as such rows, carried from the driver to the
+executors inside an ``InputPartition``: plain columns (lists of str, bytes and int), which pickle fast, made into one
+Arrow record batch where the partition is read (on an executor, so the driver's single Python process does the least
+work)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,19 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType, TimestampType
 
 from shared.client import Message
 
-from .datasource import SCHEMA
-
+# each message as nsqd delivered it
+SCHEMA = StructType([
+    StructField("message_id", StringType(), nullable=False),
+    StructField("body", BinaryType(), nullable=False),
+    StructField("timestamp", TimestampType(), nullable=False),
+    StructField("attempts", IntegerType(), nullable=False),
+    StructField("nsqd_address", StringType(), nullable=False),
+    StructField("topic", StringType(), nullable=False),
+])
 # Spark checks a returned record batch against its own Arrow form of the schema (timestamps in µs, UTC), so use it
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
 

@@ -10,25 +10,23 @@ in flight.
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
-from urllib.parse import urlencode
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from shared.client.lookupd import lookupd_url, producer_addresses
+from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers, http_address
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("nsq.pipeline")
+T = TypeVar("T")
 
 HTTP_TIMEOUT = 5.0
 DEFAULT_INTERVAL = 10.0  # how often /metrics is sampled when no progress lines are printed
@@ -72,7 +70,8 @@ class BatchCounter:
 
 
 class ChannelBacklog:
-    """The channel's depth summed over the nsqd that have any of ``topics``; None when none answered."""
+    """The channel's depth summed over the nsqd that have any of ``topics``; None when none answered. Called on the
+    sampling thread: each call asks on a loop and a session of its own, closed before it returns."""
 
     def __init__(self, topics: Sequence[str], channel: str, lookupd_http_addresses: Sequence[str] = (),
                  nsqd_http_addresses: Sequence[str] = ()) -> None:
@@ -80,41 +79,33 @@ class ChannelBacklog:
         self._lookupds, self._nsqds = list(lookupd_http_addresses), list(nsqd_http_addresses)
 
     def __call__(self) -> int | None:
-        depths = [depth for topic in self._topics for node in self._nodes(topic)
-                  if (depth := self._depth(node, topic)) is not None]
+        return asyncio.run(self._backlog())
+
+    async def _backlog(self) -> int | None:
+        async with ClusterInfo.open(HTTP_TIMEOUT, HTTP_TIMEOUT) as cluster:
+            asked = [self._depths(cluster, topic) for topic in self._topics]
+            depths = [depth for found in await asyncio.gather(*asked) for depth in found]
         return sum(depths) if depths else None
 
-    def _nodes(self, topic: str) -> list[str]:
+    async def _depths(self, cluster: ClusterInfo, topic: str) -> list[int]:
+        """The channel's depth on each nsqd of ``topic`` that answered."""
         nodes = dict.fromkeys(self._nsqds)
-        for lookupd in self._lookupds:
-            answer = _get_json(lookupd_url(lookupd, f"/lookup?{urlencode({'topic': topic})}"))
-            if answer is not None:
-                nodes.update(dict.fromkeys(producer_addresses(answer, "http_port")))
-        return list(nodes)
-
-    def _depth(self, node: str, topic: str) -> int | None:
-        query = urlencode({"format": "json", "topic": topic, "channel": self._channel, "include_clients": "false"})
-        stats = _get_json(f"http://{node}/stats?{query}")
-        if stats is None:
-            return None
-        return sum(int(channel.get("depth") or 0) for entry in stats.get("topics") or []
-                   if entry.get("topic_name") == topic for channel in entry.get("channels") or []
-                   if channel.get("channel_name") == self._channel)
+        for producers in _answered(await gather_answers(cluster.producers(lookupd, topic)
+                                                        for lookupd in self._lookupds)):
+            nodes.update(dict.fromkeys(http_address(producer) for producer in producers))
+        answers = await gather_answers(cluster.stats(node, topic, self._channel) for node in nodes)
+        return [sum(int(channel.get("depth") or 0) for entry in stats.get("topics") or []
+                    if entry.get("topic_name") == topic for channel in entry.get("channels") or []
+                    if channel.get("channel_name") == self._channel)
+                for stats in _answered(answers)]
 
 
-def _get_json(url: str) -> dict[str, Any] | None:
-    request = urllib.request.Request(url, headers={"Accept": "application/vnd.nsq; version=1.0"})
-    try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
-            document = json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        if error.code != 404:  # 404: the topic does not exist (yet)
-            log.warning("%s: %s", url, error)
-        return None
-    except (OSError, ValueError) as error:
-        log.warning("%s: %s", url, error)
-        return None
-    return document if isinstance(document, dict) else None
+def _answered(answers: list[T | ClusterInfoError]) -> list[T]:
+    """The answers; each failure logged, but for a topic a lookupd does not know (yet)."""
+    for answer in answers:
+        if isinstance(answer, ClusterInfoError) and answer.status != 404:
+            log.warning("%s", answer)
+    return [answer for answer in answers if not isinstance(answer, ClusterInfoError)]
 
 
 class JobProgress:

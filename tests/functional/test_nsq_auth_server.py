@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from apps.nsq_auth_server import AuthServer, Options
-from services.nsqd.auth import AuthError
 from services.nsqd.auth_client import AuthClient
+from shared.auth_reply import AuthError
 from shared.flags import FlagError
 from tests.processes import ROOT, NSQDProcess, start_auth_server
 

@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from services.pipeline.datasource import SCHEMA
+from services.pipeline.message_rows import SCHEMA
 from services.pipeline.transforms import event_counts, for_archive
 from tests.spark import spark  # noqa: F401  (the fixture)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from services.admin import aggregation
+from shared.cluster_info import http_address
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
 NODE_A, NODE_B = "127.0.0.1:14151", "127.0.0.1:14251"
@@ -72,22 +73,21 @@ def test_node_matches_nsqadmin() -> None:
 
 
 def test_nodes_match_nsqadmin() -> None:
-    ours = aggregation.merge_nodes([("127.0.0.1:14161", load("lookupd_nodes.json"))])
+    ours = aggregation.merge_nodes([("127.0.0.1:14161", load("lookupd_nodes.json")["producers"])])
     assert ours == load("nsqadmin_api_nodes.json")["nodes"]
 
 
 def test_nodes_merged_across_lookupds_and_out_of_date() -> None:
-    answer = load("lookupd_nodes.json")
-    older = json.loads(json.dumps(answer))
-    older["producers"][1]["version"] = "1.2.1"
-    envelope = {"status_code": 200, "status_txt": "OK", "data": older}
-    rows = aggregation.merge_nodes([("lookupd-a:4161", answer), ("lookupd-b:4161", envelope)])
+    producers = load("lookupd_nodes.json")["producers"]
+    older = json.loads(json.dumps(producers))
+    older[1]["version"] = "1.2.1"
+    rows = aggregation.merge_nodes([("lookupd-a:4161", producers), ("lookupd-b:4161", older)])
     assert len(rows) == 2
     assert [len(row["remote_addresses"]) for row in rows] == [2, 2]
     assert rows[0]["remote_addresses"][1] == "lookupd-b:4161/127.0.0.1:60076"
     # the first answer seen for a node wins (1.3.0 for both here), so nothing is out of date
     assert not any(row["out_of_date"] for row in rows)
-    rows = aggregation.merge_nodes([("lookupd-b:4161", envelope)])
+    rows = aggregation.merge_nodes([("lookupd-b:4161", older)])
     assert [row["out_of_date"] for row in rows] == [False, True]
 
 
@@ -128,9 +128,9 @@ def test_e2e_merged_across_nodes() -> None:
 
 
 def test_producers_deduplicated_by_http_address() -> None:
-    answer = load("lookupd_lookup.json")
-    producers = aggregation.merge_producers([answer, answer, {"channels": [], "producers": None}])
-    assert [aggregation.node_address(producer) for producer in producers] == [NODE_A, NODE_B]
+    producers = load("lookupd_lookup.json")["producers"]
+    merged = aggregation.merge_producers([producers, producers, []])
+    assert [http_address(producer) for producer in merged] == [NODE_A, NODE_B]
 
 
 def test_node_row_from_nsqd_given_directly() -> None:

@@ -113,13 +113,14 @@ def test_a_node_without_the_channel_adds_nothing() -> None:
 
 
 def test_producer_addresses_of_a_real_lookup() -> None:
-    assert producer_addresses([reference("lookupd_lookup.json")]) == ["127.0.0.1:14151", "127.0.0.1:14251"]
+    assert producer_addresses([reference("lookupd_lookup.json")["producers"]]) == \
+        ["127.0.0.1:14151", "127.0.0.1:14251"]
 
 
 def test_producers_known_to_several_lookupds_are_polled_once() -> None:
     lookup = reference("lookupd_lookup.json")
-    other = {"producers": [{"broadcast_address": "::1", "http_port": 4151}, lookup["producers"][1]]}
-    assert producer_addresses([lookup, other, {"producers": None}]) == \
+    other = [{"broadcast_address": "::1", "tcp_port": 4150, "http_port": 4151}, lookup["producers"][1]]
+    assert producer_addresses([lookup["producers"], other, []]) == \
         ["127.0.0.1:14151", "127.0.0.1:14251", "[::1]:4151"]
 
 

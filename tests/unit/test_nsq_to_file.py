@@ -4,7 +4,6 @@ with a clock the test moves."""
 from __future__ import annotations
 
 import gzip
-import json
 import os
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +28,7 @@ from apps.file_logger import (
     with_datetime,
     with_rev,
 )
-from apps.nsq_to_file import Options, logger_settings, lookupd_topics, topic_allowed
+from apps.nsq_to_file import Options, logger_settings, topic_allowed
 from shared.client import Message
 from shared.flags import FlagError, parse_command_line
 
@@ -189,12 +188,6 @@ def test_logger_settings_for_gzip_and_interval() -> None:
 ])
 def test_topic_allowed(pattern: str, topic: str, allowed: bool) -> None:
     assert topic_allowed(pattern, topic) is allowed
-
-
-def test_lookupd_topics_in_both_answer_shapes() -> None:
-    assert lookupd_topics(json.loads((REFERENCE / "lookupd_topics.json").read_text())) == ["sample_topic"]
-    assert lookupd_topics({"status_code": 200, "status_txt": "OK", "data": {"topics": ["a", "b"]}}) == ["a", "b"]
-    assert lookupd_topics({"topics": None}) == []
 
 
 # -- the file logger -------------------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ import pytest
 import trustme
 from aiohttp import web
 
-from services.nsqd.auth import AuthError, Authorization, AuthState, auth_response, parse_auth_reply
+from services.nsqd.auth import auth_response
 from services.nsqd.auth_client import AuthClient, endpoint
+from shared.auth_reply import AuthError, Authorization, AuthState, parse_auth_reply
 
 NOW = 1_700_000_000.0
 REPLY: dict[str, Any] = {

@@ -1,11 +1,18 @@
-"""The pure pieces of a job's progress reporting: batches counted once from repeated progress reports, and the
-progress line."""
+"""A job's progress reporting: batches counted once from repeated progress reports, the progress line, and the
+channel's backlog read from fake lookupd and nsqd hosts on loopback ports."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
-from services.pipeline.progress import BatchCounter, Sample
+import pytest
+
+from services.pipeline.progress import BatchCounter, ChannelBacklog, Sample
+from tests.unit.http_hosts import Hosts, closed_address
 
 
 def report(batch: int, rows: int, ms: int = 500) -> dict[str, Any]:
@@ -38,3 +45,41 @@ def test_the_progress_line() -> None:
                                              "250,000; last batch 50,000 messages in 1.23s")
     assert Sample(0.0, 0).line("job") == "job: 0 msg/s, 0 in all; backlog in nsqd unknown; no batch yet"
 
+
+
+@pytest.fixture
+async def hosts() -> AsyncIterator[Hosts]:
+    async with Hosts() as started:
+        yield started
+
+
+def stats(topic: str, depths: dict[str, int]) -> tuple[int, str]:
+    channels = [{"channel_name": name, "depth": depth} for name, depth in depths.items()]
+    return 200, json.dumps({"topics": [{"topic_name": topic, "channels": channels}]})
+
+
+def lookup(*nsqds: int) -> tuple[int, str]:
+    producers = [{"broadcast_address": "127.0.0.1", "tcp_port": 1, "http_port": port} for port in nsqds]
+    return 200, json.dumps({"producers": producers})
+
+
+async def test_the_backlog_is_the_channels_depth_over_every_nsqd_of_the_topics(
+        hosts: Hosts, caplog: pytest.LogCaptureFixture) -> None:
+    first, second = await hosts.start(stats=stats("a", {"job": 5, "other": 100})), await hosts.start(
+        stats=stats("a", {"job": 7}))
+    lookupd = await hosts.start(lookup=lookup(first.port, second.port))
+    unknown = await hosts.start(lookup=(404, '{"message":"TOPIC_NOT_FOUND"}'))
+    down = closed_address()
+    backlog = ChannelBacklog(["a"], "job", [lookupd.address, unknown.address, down], [first.address])
+    with caplog.at_level(logging.WARNING, "nsq.pipeline"):
+        assert await asyncio.to_thread(backlog) == 12  # the first nsqd counted once
+    # the lookupd that is down is logged; the one that does not know the topic yet is not
+    [warning] = [record.getMessage() for record in caplog.records]
+    assert warning.startswith(f"http://{down}/lookup?topic=a: ")
+    assert {request.query_string for request in first.requests} == \
+        {"format=json&topic=a&channel=job&include_clients=false"}
+
+
+async def test_no_backlog_when_no_nsqd_answers(hosts: Hosts) -> None:
+    lookupd = await hosts.start(lookup=lookup())
+    assert await asyncio.to_thread(ChannelBacklog(["a"], "job", [lookupd.address], [closed_address()])) is None

@@ -1,0 +1,58 @@
+"""What the admin's request handlers see of the admin: ``AdminState``, the part of ``NSQAdmin`` they use, kept in
+the app under ``ADMIN_KEY``; and who is asking (``user_of``, ``is_admin``: ``--acl-http-header`` and
+``--admin-user``).
+
+The handlers (``http_api``, ``web_ui``) depend on this interface rather than on ``admin``, so imports run one way:
+``admin`` builds the app from ``http_api``, which takes the pages from ``web_ui``, and both read this module.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from aiohttp import web
+
+from shared.metrics import PrometheusEndpoint
+
+from .aggregation import Json
+from .audit import AuditEntry, AuditLog
+from .cluster import Cluster
+from .history import History
+from .options import Options
+from .pages import Pages
+
+
+class AdminState(Protocol):
+    opts: Options
+    cluster: Cluster
+    history: History
+    audit: AuditLog
+    pages: Pages
+    metrics: PrometheusEndpoint
+    # requests answered, by route, method and status: (count, seconds spent)
+    request_stats: dict[tuple[str, str, int], tuple[int, float]]
+
+    async def snapshot(self) -> list[Json]:
+        """Every topic across the cluster now; also kept for ``/metrics``."""
+
+    async def record_action(self, entry: AuditEntry, url: str) -> None:
+        """Stores an operator action and sends its notification."""
+
+    def set_lookupd_addresses(self, addresses: list[str]) -> None:
+        """``PUT /config/nsqlookupd_http_addresses``: later requests use the new lookupds."""
+
+
+ADMIN_KEY: web.AppKey[AdminState] = web.AppKey("nsqadmin")
+
+
+def admin_of(request: web.Request) -> AdminState:
+    return request.app[ADMIN_KEY]
+
+
+def user_of(request: web.Request) -> str:
+    return request.headers.get(admin_of(request).opts.acl_http_header, "")
+
+
+def is_admin(request: web.Request) -> bool:
+    admins = admin_of(request).opts.admin_users
+    return not admins or user_of(request) in admins
