@@ -1,14 +1,11 @@
 """nsqd's side of AUTH: the JSON it answers a granted AUTH with (``auth_response``). The auth server's reply, its
-parsing and what it allows are ``shared.auth_reply``'s (``AuthError``, ``AuthState`` and ``parse_auth_reply`` are
-named here too, for nsqd's modules); ``auth_client`` asks the servers.
+parsing and what it allows are ``shared.auth_reply``'s; ``auth_client`` asks the servers.
 """
 
 from __future__ import annotations
 
 from shared import go_json
-from shared.auth_reply import AuthError, AuthState, parse_auth_reply
-
-__all__ = ["AuthError", "AuthState", "auth_response", "parse_auth_reply"]
+from shared.auth_reply import AuthState
 
 
 def auth_response(state: AuthState) -> bytes:

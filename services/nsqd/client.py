@@ -22,10 +22,10 @@ from .tls import connection_stats
 if TYPE_CHECKING:
     import ssl
 
+    from shared.auth_reply import AuthState
     from shared.protocol.compression import Codec
     from shared.protocol.session_v2 import SessionV2
 
-    from .auth import AuthState
     from .channel import Channel
     from .identify import Identity
     from .message import InFlightMessage

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shared.addresses import join_host_port
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
 from shared.names import is_ephemeral, is_valid_channel_name
@@ -177,18 +176,17 @@ class NSQD:
             topic = Topic(name, self.opts, self.storage, self._channels_changed)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
-            lookupds = self._lookupd_http_addresses()
-            if lookupds and not topic.ephemeral:
+            if any(peer.http_address for peer in self.lookup_peers.values()) and not topic.ephemeral:
                 # as NSQ does: the channels the cluster has for this topic exist before any message moves, so
                 # the first consumer's channel does not take what the others should get too
                 topic.started = False
-                task = asyncio.create_task(self._start_with_cluster_channels(topic, lookupds))
+                task = asyncio.create_task(self._start_with_cluster_channels(topic))
                 self._topic_starts.add(task)
                 task.add_done_callback(self._topic_starts.discard)
             self._topics_changed(topic)
         return topic
 
-    async def _start_with_cluster_channels(self, topic: Topic, lookupds: list[str]) -> None:
+    async def _start_with_cluster_channels(self, topic: Topic) -> None:
         try:
             from .lookup_peer import channels_in_cluster
 
@@ -200,10 +198,6 @@ class NSQD:
                     topic.get_channel(name)
         finally:
             topic.start()
-
-    def _lookupd_http_addresses(self) -> list[str]:
-        return [join_host_port(peer.info["broadcast_address"], peer.info["http_port"])
-                for peer in self.lookup_peers.values() if peer.info.get("broadcast_address")]
 
     def delete_topic(self, name: str) -> None:
         topic = self.topics.pop(name, None)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Protocol, cast
 
 from shared.addresses import join_host_port
+from shared.auth_reply import AuthError, AuthState
 from shared.protocol.compression import Codec, CompressionError, DeflateCodec, SnappyCodec
 from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
 from shared.protocol.frames import CLOSE_WAIT, HEARTBEAT, OK
@@ -26,12 +27,12 @@ from shared.protocol.session_v2 import (Auth, Close, CreateTopic, Finish, Identi
                                         Reauthorize, Request, Requeue, SessionV2, Subscribe, Touch)
 
 from . import identify
+from .auth import auth_response
 from .channel import Channel, ChannelError
 from .client import Client, ClientDefaults, EndOfTurnFlush
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
-    from .auth import AuthState
     from .auth_client import AuthClient
     from .busy_poll import BusyPoll
     from .options import Options
@@ -222,8 +223,6 @@ class ConnectionV2(asyncio.Protocol):
     # -- AUTH ------------------------------------------------------------------------------------------------
 
     async def _query_auth(self, secret: str) -> AuthState:
-        from .auth import AuthError
-
         client, auth = self.client, self.context.auth_client
         assert auth is not None
         try:
@@ -326,8 +325,6 @@ class ConnectionV2(asyncio.Protocol):
         auth = await self._query_auth(request.secret.decode("utf-8", "surrogateescape"))
         if not auth.authorizations:
             raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
-        from .auth import auth_response  # only nsqd with auth servers get here
-
         return auth_response(auth)
 
     async def _reauthorize(self, request: Reauthorize) -> None:
