@@ -7,7 +7,6 @@ the answers promise (pause holds messages, empty drops them, defer defers) is ch
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import re
@@ -20,7 +19,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_nsqd
+from tests.processes import NSQDProcess, start_nsqd, wait_for_async
 from tests.wire import WireClient
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
@@ -168,13 +167,6 @@ def channel_stats(nsqd: NSQDProcess, topic: str, channel: str) -> Any:
     return channel_stats
 
 
-async def wait_for(condition: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
 def binary_mpub(*bodies: bytes) -> bytes:
     """/mpub?binary=true: [4B count]([4B size][message])*, big-endian."""
     return struct.pack(">i", len(bodies)) + b"".join(struct.pack(">i", len(body)) + body for body in bodies)
@@ -242,7 +234,8 @@ async def replay_reference_stats(nsqd: NSQDProcess, connect: Connect) -> None:
         message = await consumer.read_message()
         await consumer.command(b"FIN", message.id)
     assert call(nsqd, "POST", "/pub?topic=sample_topic&defer=3600000", b"later").status == 200
-    await wait_for(lambda: channel_stats(nsqd, "sample_topic", "sample_channel")["clients"][0]["finish_count"] == 6)
+    await wait_for_async(lambda: channel_stats(nsqd, "sample_topic", "sample_channel")["clients"][0]["finish_count"]
+                         == 6, what="six FINs counted")
 
 
 async def test_stats_json_matches_nsq(nsqd: NSQDProcess, connect: Connect) -> None:
@@ -366,7 +359,8 @@ async def test_stats_e2e_percentiles(nsqd_factory: Callable[..., NSQDProcess], c
     await consumer.subscribe("e2e", "c")
     assert call(nsqd, "POST", "/pub?topic=e2e", b"x").status == 200
     await consumer.command(b"FIN", (await consumer.read_message()).id)
-    await wait_for(lambda: channel_stats(nsqd, "e2e", "c")["e2e_processing_latency"]["count"] == 1)
+    await wait_for_async(lambda: channel_stats(nsqd, "e2e", "c")["e2e_processing_latency"]["count"] == 1,
+                         what="the FIN's latency counted")
     latency = channel_stats(nsqd, "e2e", "c")["e2e_processing_latency"]
     assert [p["quantile"] for p in latency["percentiles"]] == [1.0, 0.5]
     assert all(json_type(p["value"]) == "number" and p["value"] > 0 for p in latency["percentiles"])
