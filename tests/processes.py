@@ -25,13 +25,11 @@ T = TypeVar("T")
 Description = str | Callable[[], str]  # what wait_for waits for, or how to say it at the timeout
 
 
-@dataclass
-class NSQDProcess:
-    process: subprocess.Popen[str]
+class Service:
+    """What tests use of a service listening on 127.0.0.1, wherever it runs: its ports and its HTTP API."""
+
     tcp_port: int
     http_port: int
-    log_lines: list[str] = field(default_factory=list)
-    scratch: Path | None = None  # a data path made for this process alone, removed when it stops
 
     @property
     def tcp_address(self) -> tuple[str, int]:
@@ -58,6 +56,17 @@ class NSQDProcess:
                 if topic_stats["topic_name"] == topic and stats["channel_name"] == channel:
                     return dict(stats)
         return {}
+
+
+@dataclass
+class NSQDProcess(Service):
+    """A service (nsqd, nsqlookupd, nsqadmin, nsq_auth_server) as a process of its own."""
+
+    process: subprocess.Popen[str]
+    tcp_port: int
+    http_port: int
+    log_lines: list[str] = field(default_factory=list)
+    scratch: Path | None = None  # a data path made for this process alone, removed when it stops
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
         if self.process.poll() is None:
