@@ -10,6 +10,7 @@ import selectors
 import socket
 import struct
 import time
+from typing import cast
 
 from shared.protocol.frames import MAGIC_V2, encode_command, encode_mpub
 
@@ -140,21 +141,21 @@ def http_publish(address: tuple[str, int], path: str, size: int, connections: in
     request = (f"POST {path} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\nContent-Length: {size}\r\n\r\n"
                ).encode() + b"x" * size
     selector = selectors.DefaultSelector()
-    for _ in range(connections):
-        sock = socket.create_connection(address)
+    socks = [socket.create_connection(address) for _ in range(connections)]
+    for sock in socks:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        selector.register(sock, selectors.EVENT_READ, [b"", 0.0])
+        selector.register(sock, selectors.EVENT_READ, [b"", 0.0])  # [unparsed answer bytes, time the request went]
     clock = time.perf_counter
     time.sleep(max(0.0, start_at - time.time()))
     end = clock() + (start_at + duration - time.time())
-    for key in selector.get_map().values():
-        key.data[1] = clock()
-        key.fileobj.sendall(request)  # type: ignore[union-attr]
+    for sock in socks:
+        selector.get_key(sock).data[1] = clock()
+        sock.sendall(request)
     count, round_trips = 0, []
     while clock() < end:
         for key, _ in selector.select(1.0):
-            sock, state = key.fileobj, key.data
-            state[0] += sock.recv(65536)  # type: ignore[union-attr]
+            sock, state = cast(socket.socket, key.fileobj), key.data  # what was registered above
+            state[0] += sock.recv(65536)
             while (head_end := state[0].find(b"\r\n\r\n")) >= 0:
                 length = _CONTENT_LENGTH.search(state[0], 0, head_end)
                 answer_end = head_end + 4 + (int(length.group(1)) if length else 0)
@@ -166,7 +167,7 @@ def http_publish(address: tuple[str, int], path: str, size: int, connections: in
                 now = clock()
                 round_trips.append(now - state[1])
                 state[1] = now
-                sock.sendall(request)  # type: ignore[union-attr]
-    for key in list(selector.get_map().values()):
-        key.fileobj.close()  # type: ignore[union-attr]
+                sock.sendall(request)
+    for sock in socks:
+        sock.close()
     return count, round_trips

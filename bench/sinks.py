@@ -7,6 +7,7 @@ import multiprocessing
 import socket
 import struct
 import threading
+from multiprocessing.process import BaseProcess
 
 from shared.protocol.frames import encode_message_frame
 
@@ -135,7 +136,7 @@ def _serve_http(listener: socket.socket) -> None:
     loop.run_forever()
 
 
-def http_sink() -> tuple[tuple[str, int], multiprocessing.Process]:
+def http_sink() -> tuple[tuple[str, int], BaseProcess]:
     """A do-nothing HTTP server in a process of its own (uvloop and httptools, like nsqd): stop it with
     ``terminate()``."""
     listener = socket.socket()
@@ -143,6 +144,6 @@ def http_sink() -> tuple[tuple[str, int], multiprocessing.Process]:
     listener.listen(128)
     process = multiprocessing.get_context("fork").Process(target=_serve_http, args=(listener,), daemon=True)
     process.start()
-    address = listener.getsockname()
+    address: tuple[str, int] = listener.getsockname()
     listener.close()
     return address, process

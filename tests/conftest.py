@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.in_process import InProcessNSQD
 from tests.processes import NSQDProcess, ToolProcess, start_nsqd
 
 # small scan intervals so timeouts and deferrals fire promptly in tests
@@ -31,6 +32,23 @@ def nsqd_factory(tmp_path: Path) -> Iterator[Callable[..., NSQDProcess]]:
 @pytest.fixture
 def nsqd(nsqd_factory: Callable[..., NSQDProcess]) -> NSQDProcess:
     return nsqd_factory()
+
+
+@pytest.fixture
+def in_process_nsqd_factory(tmp_path: Path) -> Iterator[Callable[..., InProcessNSQD]]:
+    """As ``nsqd_factory``, with nsqd in the test's process (tests.in_process), for tests of what it answers."""
+    started: list[InProcessNSQD] = []
+
+    def start(*args: str) -> InProcessNSQD:
+        data_path = tmp_path / f"in-process-nsqd{len(started)}"
+        data_path.mkdir()
+        nsqd = InProcessNSQD(*FAST_SCAN, *args, data_path=data_path)
+        started.append(nsqd)
+        return nsqd
+
+    yield start
+    for nsqd in started:
+        nsqd.stop()
 
 
 @pytest.fixture

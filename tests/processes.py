@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,19 +17,19 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 _LISTENING = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
+T = TypeVar("T")
+Description = str | Callable[[], str]  # what wait_for waits for, or how to say it at the timeout
 
 
-@dataclass
-class NSQDProcess:
-    process: subprocess.Popen[str]
+class Service:
+    """What tests use of a service listening on 127.0.0.1, wherever it runs: its ports and its HTTP API."""
+
     tcp_port: int
     http_port: int
-    log_lines: list[str] = field(default_factory=list)
-    scratch: Path | None = None  # a data path made for this process alone, removed when it stops
 
     @property
     def tcp_address(self) -> tuple[str, int]:
@@ -55,6 +56,17 @@ class NSQDProcess:
                 if topic_stats["topic_name"] == topic and stats["channel_name"] == channel:
                     return dict(stats)
         return {}
+
+
+@dataclass
+class NSQDProcess(Service):
+    """A service (nsqd, nsqlookupd, nsqadmin, nsq_auth_server) as a process of its own."""
+
+    process: subprocess.Popen[str]
+    tcp_port: int
+    http_port: int
+    log_lines: list[str] = field(default_factory=list)
+    scratch: Path | None = None  # a data path made for this process alone, removed when it stops
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
         if self.process.poll() is None:
@@ -113,15 +125,48 @@ def finished(stats: dict[str, Any]) -> int:
     return int(stats["message_count"] - stats["depth"] - stats["in_flight_count"] - stats["deferred_count"])
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
-             interval: float = 0.05) -> Any:
-    """``condition()``'s first true result, polled every ``interval``; AssertionError after ``timeout`` s."""
+def wait_for(condition: Callable[[], T | None], timeout: float = 10.0, what: Description = "condition",
+             interval: float = 0.05, retry_on: tuple[type[Exception], ...] = ()) -> T:
+    """``condition()``'s first true answer, asked every ``interval`` s. After ``timeout`` s, an AssertionError
+    naming ``what`` (a callable is asked then, to describe the state at the timeout) and the last answer.
+    ``retry_on``: exceptions of ``condition`` that mean "not yet" (a service still starting), the last one chained
+    to the AssertionError."""
     deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s")
+    while True:
+        answer, error = _ask(condition, retry_on)
+        if answer:
+            return answer
+        _fail_after(deadline, timeout, what, answer, error)
         time.sleep(interval)
-    return result
+
+
+async def wait_for_async(condition: Callable[[], T | None], timeout: float = 10.0, what: Description = "condition",
+                         interval: float = 0.05, retry_on: tuple[type[Exception], ...] = ()) -> T:
+    """:func:`wait_for` for a condition on what the test's own event loop runs (an in-process client): it waits
+    with ``asyncio.sleep``, so that the loop runs meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer, error = _ask(condition, retry_on)
+        if answer:
+            return answer
+        _fail_after(deadline, timeout, what, answer, error)
+        await asyncio.sleep(interval)
+
+
+def _ask(condition: Callable[[], T | None],
+         retry_on: tuple[type[Exception], ...]) -> tuple[T | None, Exception | None]:
+    try:
+        return condition(), None
+    except retry_on as error:
+        return None, error
+
+
+def _fail_after(deadline: float, timeout: float, what: Description, answer: object, error: Exception | None) -> None:
+    if time.monotonic() <= deadline:
+        return
+    described = what() if callable(what) else what
+    last = "" if answer is None or answer is False else f"; last answer {answer!r}"
+    raise AssertionError(f"{described}: not within {timeout:g}s{last}") from error
 
 
 def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15,

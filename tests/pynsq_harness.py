@@ -21,24 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import nsq
+import nsq  # type: ignore[import-untyped]  # pynsq 0.9.1: no stubs or py.typed
 import tornado.ioloop
+
+from tests.processes import wait_for
 
 T = TypeVar("T")
 
 _WATCHED_LOGGERS = ("nsq", "tornado", "asyncio")
-
-
-def poll_until(condition: Callable[[], T | None], timeout: float = 5, interval: float = 0.02) -> T:
-    """``condition()`` once it is truthy; AssertionError with its last value after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s, last value {value!r}")
-        time.sleep(interval)
 
 
 @dataclass(frozen=True)
@@ -213,7 +203,8 @@ class PynsqLoop:
             return writer
 
         writer = self.call(make)
-        poll_until(lambda: self.call(lambda: any(conn.connected() for conn in writer.conns.values())))
+        wait_for(lambda: self.call(lambda: any(conn.connected() for conn in writer.conns.values())),
+                 what="the pynsq Writer connected")
         return PynsqWriter(self, writer)
 
     def stop(self) -> list[str]:

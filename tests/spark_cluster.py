@@ -9,17 +9,18 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from tests.processes import ROOT
+from tests.processes import ROOT, wait_for
 
 BIN = Path(sys.executable).parent
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
+T = TypeVar("T")
 
 
 def spark_env() -> dict[str, str]:
@@ -41,15 +42,15 @@ class SparkCluster:
         master_log = self.workdir / "master.log"
         self._spawn(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0",
                      "--webui-port", "0"], master_log)
-        self.url = str(self._wait_for(master_log, lambda text: (m := _MASTER_URL.search(text)) and m.group(1),
-                                      timeout))
+        self.url = self._wait_for_log(master_log, lambda text: (m := _MASTER_URL.search(text)) and m.group(1),
+                                      timeout)
         for index in range(workers):
             work = self.workdir / f"worker{index}"
             work.mkdir()
             self._spawn(["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--port", "0",
                          "--webui-port", "0", "--cores", "1", "--memory", "1g", "--work-dir", str(work)],
                         self.workdir / f"worker{index}.log")
-        self._wait_for(master_log, lambda text: text.count("Registering worker") >= workers, timeout)
+        self._wait_for_log(master_log, lambda text: text.count("Registering worker") >= workers, timeout)
 
     def submit(self, script: Path, args: list[str], log: Path) -> subprocess.Popen[bytes]:
         """``spark-submit --master <this cluster> script args``, its output into ``log``."""
@@ -76,16 +77,18 @@ class SparkCluster:
             self.processes.append(subprocess.Popen([str(BIN / "spark-class"), *args], stdout=out,
                                                    stderr=subprocess.STDOUT, env=spark_env()))
 
-    def _wait_for(self, log: Path, found: Callable[[str], str | bool | None], timeout: float) -> str | bool:
-        """``found(log's text)`` once it is true."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(process.poll() is not None for process in self.processes):
-                break
-            if result := found(log.read_text(errors="replace")):
-                return result
-            time.sleep(0.2)
-        raise RuntimeError(f"the Spark cluster did not start:\n{log.read_text(errors='replace')[-3000:]}")
+    def _wait_for_log(self, log: Path, found: Callable[[str], T | None], timeout: float) -> T:
+        """``found(log's text)`` once it is true; AssertionError with the log's end as soon as a process exits,
+        or after ``timeout`` s."""
+        def log_end() -> str:
+            return log.read_text(errors="replace")[-3000:]
+
+        def started() -> T | None:
+            assert all(process.poll() is None for process in self.processes), f"a Spark process exited:\n{log_end()}"
+            return found(log.read_text(errors="replace"))
+
+        return wait_for(started, timeout, lambda: f"the Spark cluster started; the log ends\n{log_end()}\n",
+                        interval=0.2)
 
 
 @pytest.fixture(scope="module")

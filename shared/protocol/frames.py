@@ -55,7 +55,7 @@ class Message(NamedTuple):
     attempts: int
 
 
-def decode_message(data: bytes) -> Message:
+def decode_message(data: bytes | bytearray) -> Message:
     if len(data) < MESSAGE_HEADER_LENGTH:
         raise ValueError(f"message too short: {len(data)} < {MESSAGE_HEADER_LENGTH}")
     timestamp, attempts = _MESSAGE_HEADER.unpack_from(data)
@@ -73,7 +73,7 @@ class FrameDecoder:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes, limit: int = -1) -> list[Frame]:
+    def feed(self, data: bytes | bytearray, limit: int = -1) -> list[Frame]:
         """The complete frames buffered so far (at most ``limit`` of them, when not negative)."""
         self._buffer += data
         frames: list[Frame] = []

@@ -13,13 +13,12 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from shared.client import Consumer, Message, Producer
-from tests.processes import ROOT
+from tests.processes import ROOT, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -107,18 +106,9 @@ def http(url: str, body: bytes | None = None) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = condition()
-        except (OSError, AssertionError, ValueError):
-            result = None
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s")
-        time.sleep(interval)
+# what a condition on a container raises while the container is still starting: a refused connection, a failed
+# ``docker compose exec``, an empty answer
+NOT_YET = (OSError, AssertionError, ValueError)
 
 
 def up(docker: Docker) -> float:
@@ -207,7 +197,7 @@ def test_the_cluster_in_compose(docker: Docker) -> None:
                   "print(ds.dataset('/data/pipeline/archive', format='parquet', partitioning='hive').count_rows())")
     started = time.monotonic()
     wait_for(lambda: int(docker.compose("exec", "-T", "pipeline", "python3", "-c", count_rows).strip() or 0)
-             == len(events), 180, "the pipeline's Parquet", interval=3)
+             == len(events), 180, "the pipeline's Parquet", interval=3, retry_on=NOT_YET)
     timings["pipeline archived"] = time.monotonic() - started
 
     # --profile spark: the same job submitted to a Spark master and worker, archiving what comes after it started
@@ -217,12 +207,13 @@ def test_the_cluster_in_compose(docker: Docker) -> None:
     timings["spark profile up"] = time.monotonic() - started
     # its channel is new: only what is published once it exists reaches it
     wait_for(lambda: channel_depth(4151, "events", "nsq_to_parquet_cluster") is not None, 120,
-             "the cluster pipeline subscribed")
+             "the cluster pipeline subscribed", interval=1, retry_on=NOT_YET)
     later = [json.dumps({"n": number}).encode() for number in range(30, 50)]
     assert http("http://127.0.0.1:4151/mpub?topic=events", b"\n".join(later))[0] == 200
     count_cluster_rows = count_rows.replace("/data/pipeline/archive", "/data/pipeline/cluster-archive")
     wait_for(lambda: int(docker.compose("exec", "-T", "pipeline-cluster", "python3", "-c", count_cluster_rows)
-                         .strip() or 0) == len(later), 180, "the cluster pipeline's Parquet", interval=3)
+                         .strip() or 0) == len(later), 180, "the cluster pipeline's Parquet", interval=3,
+             retry_on=NOT_YET)
     workers = docker.compose("logs", "spark-worker")
     assert "Asked to launch executor" in workers  # the work ran on the worker, not in the driver
     docker.compose("--profile", "spark", "rm", "--stop", "--force", *spark, timeout=120)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for
+from tests.processes import NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for, wait_for_async
 
 ADMIN_USER = {"X-Forwarded-User": "alice"}
 
@@ -171,8 +171,7 @@ def test_channel_page_lists_the_clients(cluster: Cluster, admin: NSQDProcess) ->
                             nsqd_tcp_addresses=[f"127.0.0.1:{node.tcp_port}" for node in cluster.nodes])
         await consumer.start()
         try:
-            while len(received) < 15:
-                await asyncio.sleep(0.02)
+            await wait_for_async(lambda: len(received) >= 15, what="15 messages consumed")
             channel = await asyncio.to_thread(get_json, admin, "/api/topics/clients/workers")
             assert channel[1]["message_count"] == 15
             assert len(channel[1]["clients"]) == 2

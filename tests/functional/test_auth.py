@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 
 from shared.client import Consumer, Message, NSQError, NSQProtocolError, Producer
 from tests.functional.test_pynsq import pynsq  # noqa: F401  (the fixture)
-from tests.processes import NSQDProcess, start_auth_server
+from tests.processes import NSQDProcess, start_auth_server, wait_for_async
 from tests.pynsq_harness import PynsqLoop
 from tests.wire import WireClient
 
@@ -157,9 +156,7 @@ async def test_our_client_sends_its_secret(auth_nsqd: NSQDProcess) -> None:
                         auth_secret="s3cret")
     await consumer.start()
     try:
-        deadline = time.monotonic() + 10
-        while not received and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_for_async(lambda: received, what="the message consumed")
         assert [message.body for message in received] == [b"hello"]
     finally:
         await consumer.stop()

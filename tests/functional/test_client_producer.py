@@ -11,8 +11,7 @@ import pytest
 
 from shared.client import ConnectionClosed, NSQError, NSQProtocolError, Producer
 from tests.conftest import FAST_SCAN
-from tests.functional.test_cluster import wait_for
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd
+from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
 from tests.wire import WireClient
 
 
@@ -84,7 +83,7 @@ async def test_it_finds_an_nsqd_through_lookupd(tmp_path: Path) -> None:
     nsqd = start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", "--broadcast-address=127.0.0.1",
                       data_path=tmp_path)
     try:
-        wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"])
+        wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"], what="nsqd identified")
         async with Producer(lookupd_http_addresses=[f"127.0.0.1:{lookupd.http_port}"]) as producer:
             await producer.publish("found", b"via lookupd")
             assert producer.address == f"127.0.0.1:{nsqd.tcp_port}"

@@ -5,23 +5,13 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import FAST_SCAN
 from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd
+from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
 from tests.wire import WireClient
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.05)
 
 
 def lookup(lookupd: NSQDProcess, topic: str) -> dict[str, Any] | None:
@@ -37,8 +27,9 @@ def producer_ports(lookupd: NSQDProcess, topic: str) -> set[int]:
 def test_two_nsqd_register_with_two_lookupds(tmp_path: Path) -> None:
     lookupds = [start_lookupd(), start_lookupd()]
     flags = [f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}" for lookupd in lookupds]
-    nsqds = [start_nsqd(*FAST_SCAN, *flags, data_path=tmp_path / name) for name in ("a", "b")
-             if (tmp_path / name).mkdir() is None]
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    nsqds = [start_nsqd(*FAST_SCAN, *flags, data_path=tmp_path / name) for name in ("a", "b")]
     try:
         started = time.monotonic()
         assert nsqds[0].http("POST", "/pub?topic=t", b"x")[0] == 200
@@ -47,8 +38,8 @@ def test_two_nsqd_register_with_two_lookupds(tmp_path: Path) -> None:
         assert nsqds[1].http("POST", "/channel/create?topic=t&channel=c")[0] == 200
         both = {nsqd.tcp_port for nsqd in nsqds}
         for lookupd in lookupds:
-            assert wait_for(lambda: producer_ports(lookupd, "t") == both, 1.0)
-            assert wait_for(lambda: lookup(lookupd, "t")["channels"] == ["c"], 1.0)  # type: ignore[index]
+            wait_for(lambda: producer_ports(lookupd, "t") == both, 1.0, "both nsqd registered the topic")
+            wait_for(lambda: (lookup(lookupd, "t") or {}).get("channels") == ["c"], 1.0, "the channel registered")
             nodes = json.loads(lookupd.http("GET", "/nodes")[2])["producers"]
             assert {node["tcp_port"] for node in nodes} == both
             assert all(node["broadcast_address"] == "127.0.0.1" and node["topics"] == ["t"] for node in nodes)
@@ -56,16 +47,16 @@ def test_two_nsqd_register_with_two_lookupds(tmp_path: Path) -> None:
 
         assert nsqds[0].http("POST", "/topic/delete?topic=t")[0] == 200
         for lookupd in lookupds:
-            assert wait_for(lambda: producer_ports(lookupd, "t") == {nsqds[1].tcp_port}, 1.0)
+            wait_for(lambda: producer_ports(lookupd, "t") == {nsqds[1].tcp_port}, 1.0, "the topic unregistered")
 
         nsqds[1].process.send_signal(signal.SIGKILL)
         for lookupd in lookupds:
-            assert wait_for(lambda: producer_ports(lookupd, "t") == set(), 2.0)
+            wait_for(lambda: producer_ports(lookupd, "t") == set(), 2.0, "the killed nsqd dropped")
         nsqds[1].stop()
         restarted = start_nsqd(*FAST_SCAN, *flags, data_path=tmp_path / "b")
         nsqds[1] = restarted
         for lookupd in lookupds:  # back with its topics, from its metadata
-            assert wait_for(lambda: producer_ports(lookupd, "t") == {restarted.tcp_port}, 3.0)
+            wait_for(lambda: producer_ports(lookupd, "t") == {restarted.tcp_port}, 3.0, "the restarted nsqd back")
     finally:
         for process in [*nsqds, *lookupds]:
             process.stop()
@@ -78,11 +69,11 @@ def test_a_restarted_lookupd_gets_everything_registered_again(tmp_path: Path) ->
     try:
         nsqd.http("POST", "/topic/create?topic=kept")
         nsqd.http("POST", "/channel/create?topic=kept&channel=c")
-        assert wait_for(lambda: producer_ports(lookupd, "kept") == {nsqd.tcp_port})
+        wait_for(lambda: producer_ports(lookupd, "kept") == {nsqd.tcp_port}, what="nsqd registered")
         lookupd.stop()
         lookupd = start_lookupd(f"--tcp-address=127.0.0.1:{port}")  # same port, empty memory
-        assert wait_for(lambda: producer_ports(lookupd, "kept") == {nsqd.tcp_port}, 8.0)
-        assert lookup(lookupd, "kept")["channels"] == ["c"]  # type: ignore[index]
+        wait_for(lambda: producer_ports(lookupd, "kept") == {nsqd.tcp_port}, 8.0, "nsqd registered again")
+        assert (lookup(lookupd, "kept") or {}).get("channels") == ["c"]
     finally:
         nsqd.stop()
         lookupd.stop()
@@ -96,9 +87,9 @@ def test_lookupd_addresses_change_at_runtime(tmp_path: Path) -> None:
         assert lookup(lookupd, "t") is None
         address = json.dumps([f"127.0.0.1:{lookupd.tcp_port}"]).encode()
         assert nsqd.http("PUT", "/config/nsqlookupd_tcp_addresses", address)[0] == 200
-        assert wait_for(lambda: producer_ports(lookupd, "t") == {nsqd.tcp_port})
+        wait_for(lambda: producer_ports(lookupd, "t") == {nsqd.tcp_port}, what="nsqd registered")
         assert nsqd.http("PUT", "/config/nsqlookupd_tcp_addresses", b"[]")[0] == 200
-        assert wait_for(lambda: producer_ports(lookupd, "t") == set())
+        wait_for(lambda: producer_ports(lookupd, "t") == set(), what="nsqd gone from the lookupd")
     finally:
         nsqd.stop()
         lookupd.stop()
@@ -110,12 +101,12 @@ def test_a_new_topic_gets_the_channels_the_cluster_knows_before_messages_move(tm
     try:
         for channel in ("archive", "realtime"):
             assert lookupd.http("POST", f"/channel/create?topic=orders&channel={channel}")[0] == 200
-        assert wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"])  # nsqd identified
+        wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"], what="nsqd identified")
         assert nsqd.http("POST", "/pub?topic=orders", b"first")[0] == 200
         def channels() -> dict[str, int]:
             topics = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"]
             return {c["channel_name"]: c["depth"] for c in topics[0]["channels"]} if topics else {}
-        assert wait_for(lambda: channels() == {"archive": 1, "realtime": 1})
+        wait_for(lambda: channels() == {"archive": 1, "realtime": 1}, what="the message in both channels")
     finally:
         nsqd.stop()
         lookupd.stop()
@@ -131,7 +122,7 @@ async def test_the_command_that_creates_a_topic_is_answered_once_the_topic_start
                       "--http-client-connect-timeout=1s", "--http-client-request-timeout=1s", data_path=tmp_path)
     clients: list[WireClient] = []
     try:
-        assert wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"])  # nsqd identified
+        wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"], what="nsqd identified")
         assert nsqd.http("POST", "/topic/create?topic=existing")[0] == 200
         consumer, producer, other = clients[:] = [await WireClient.connect(nsqd.tcp_address) for _ in range(3)]
         lookupd.process.send_signal(signal.SIGSTOP)  # it accepts connections and answers nothing

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -15,30 +14,12 @@ import pytest
 from shared.client import Consumer, Message, Producer
 from tests.conftest import FAST_SCAN
 from tests.functional.test_pynsq import http_mpub, pynsq  # noqa: F401  (the fixture)
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd
+from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for_async
 from tests.pynsq_harness import PynsqLoop
 
 
 def address(nsqd: NSQDProcess) -> str:
     return f"127.0.0.1:{nsqd.tcp_port}"
-
-
-def channel(nsqd: NSQDProcess, topic: str, name: str) -> dict[str, Any] | None:
-    document = json.loads(nsqd.http("GET", f"/stats?format=json&topic={topic}")[2])
-    for topic_stats in document["topics"] or []:
-        for channel_stats in topic_stats["channels"]:
-            if channel_stats["channel_name"] == name:
-                return channel_stats  # type: ignore[no-any-return]
-    return None
-
-
-async def until(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s")
-        await asyncio.sleep(0.02)
-    return result
 
 
 class Recorder:
@@ -89,12 +70,13 @@ async def test_discovers_every_nsqd_through_lookupd_and_consumes_from_both(
     handler = Recorder()
     async with Consumer("spread", "c", handler, lookupd_http_addresses=[f"127.0.0.1:{lookupd.http_port}"],
                         lookupd_poll_interval=0.2, max_in_flight=10) as consumer:
-        await until(lambda: len(handler.messages) == 100)
+        await wait_for_async(lambda: len(handler.messages) == 100, what="100 messages")
         assert sorted(consumer.connections) == sorted(address(node) for node in nodes)
         assert consumer.total_rdy == 10
     assert sorted(handler.bodies()) == sorted(b"%d-%d" % (i, n) for i in range(2) for n in range(50))
     for node in nodes:
-        await until(lambda: (channel(node, "spread", "c") or {}).get("in_flight_count") == 0)
+        await wait_for_async(lambda: node.channel_stats("spread", "c").get("in_flight_count") == 0,
+                             what="every message finished")
 
 
 async def test_rdy_in_total_never_exceeds_max_in_flight(cluster: tuple[NSQDProcess, list[NSQDProcess]]) -> None:
@@ -102,15 +84,18 @@ async def test_rdy_in_total_never_exceeds_max_in_flight(cluster: tuple[NSQDProce
     for node in nodes:
         http_mpub(node, "few", [b"x"] * 20)
     handler = Recorder(delay=0.01)
-    highest = 0
+    rdy_totals: list[int] = []  # sampled while the messages come in: nsqd's view and the consumer's
+
+    def sampled_until_all_came() -> bool:
+        ready = [client["ready_count"] for node in nodes
+                 for client in node.channel_stats("few", "c").get("clients", [])]
+        rdy_totals.extend((sum(ready), consumer.total_rdy))
+        return len(handler.messages) >= 40
+
     async with Consumer("few", "c", handler, nsqd_tcp_addresses=[address(node) for node in nodes],
                         max_in_flight=1, rdy_redistribute_interval=0.1) as consumer:
-        while len(handler.messages) < 40:
-            ready = [client["ready_count"] for node in nodes
-                     for client in (channel(node, "few", "c") or {"clients": []})["clients"]]
-            highest = max(highest, sum(ready), consumer.total_rdy)
-            await asyncio.sleep(0.01)
-    assert highest == 1  # one connection at a time has RDY 1, and both got their turn
+        await wait_for_async(sampled_until_all_came, what="40 messages", interval=0.01)
+    assert max(rdy_totals) == 1  # one connection at a time has RDY 1, and both got their turn
     assert len(handler.messages) == 40 and {m.nsqd_address for m in handler.messages} == {address(n) for n in nodes}
 
 
@@ -119,14 +104,16 @@ async def test_a_failing_handler_requeues_with_delay_and_backs_off(nsqd: NSQDPro
     handler = Recorder(fail=lambda message: message.attempts == 1)
     async with Consumer("flaky", "c", handler, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=5,
                         requeue_delay=0.3, backoff_multiplier=0.5) as consumer:
-        await until(lambda: consumer.requeued == 1)
+        await wait_for_async(lambda: consumer.requeued == 1, what="the failure requeued", interval=0.01)
         failed_at = time.monotonic()
-        await until(lambda: [c["ready_count"] for c in channel(nsqd, "flaky", "c")["clients"]] == [0])  # backoff
-        await until(lambda: len(handler.messages) == 2)
+        await wait_for_async(lambda: [c["ready_count"] for c in nsqd.channel_stats("flaky", "c")["clients"]] == [0],
+                             what="RDY 0 in the backoff")
+        await wait_for_async(lambda: len(handler.messages) == 2, what="the message redelivered")
         assert time.monotonic() - failed_at >= 0.25  # the requeue delay (the backoff pause is shorter)
         assert [m.attempts for m in handler.messages] == [1, 2]
-        await until(lambda: consumer.total_rdy == 5 and consumer.finished == 1)  # success ended the backoff
-        assert [c["ready_count"] for c in channel(nsqd, "flaky", "c")["clients"]] == [5]
+        await wait_for_async(lambda: consumer.total_rdy == 5 and consumer.finished == 1,
+                             what="the backoff ended by a success")
+        assert [c["ready_count"] for c in nsqd.channel_stats("flaky", "c")["clients"]] == [5]
 
 
 def test_backoff_ends_on_uvloop_whose_timers_fire_a_little_early(nsqd: NSQDProcess) -> None:
@@ -139,7 +126,7 @@ def test_backoff_ends_on_uvloop_whose_timers_fire_a_little_early(nsqd: NSQDProce
         handler = Recorder(fail=lambda message: message.attempts <= 3)
         async with Consumer("flaky", "c", handler, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=5,
                             requeue_delay=0.01, backoff_multiplier=0.05, max_backoff_duration=0.2) as consumer:
-            await until(lambda: consumer.finished == 5)  # through about a dozen pauses
+            await wait_for_async(lambda: consumer.finished == 5, what="five finished through about a dozen pauses")
 
     uvloop.run(scenario())
 
@@ -159,9 +146,9 @@ async def test_touch_extends_the_deadline(nsqd: NSQDProcess) -> None:
         await touching(message)
 
     async with Consumer("slow", "c", handle, nsqd_tcp_addresses=[address(nsqd)], msg_timeout=1000) as consumer:
-        await until(lambda: consumer.finished == 1)
+        await wait_for_async(lambda: consumer.finished == 1, what="the touched message finished")
     assert seen == [1]  # 2 s of work on a 1 s timeout, never redelivered
-    assert channel(nsqd, "slow", "c")["timeout_count"] == 0
+    assert nsqd.channel_stats("slow", "c")["timeout_count"] == 0
 
 
 async def test_without_touch_the_message_times_out(nsqd: NSQDProcess) -> None:
@@ -169,9 +156,9 @@ async def test_without_touch_the_message_times_out(nsqd: NSQDProcess) -> None:
     handler = Recorder(delay=1.5)
     async with Consumer("slow2", "c", handler, nsqd_tcp_addresses=[address(nsqd)], msg_timeout=1000,
                         max_in_flight=2, concurrency=2):
-        await until(lambda: len(handler.messages) == 2)
+        await wait_for_async(lambda: len(handler.messages) == 2, what="the message redelivered after its timeout")
     assert [m.attempts for m in handler.messages] == [1, 2]
-    assert channel(nsqd, "slow2", "c")["timeout_count"] == 1
+    assert nsqd.channel_stats("slow2", "c")["timeout_count"] == 1
 
 
 @pytest.mark.parametrize("hook_kind", ["sync", "async"])
@@ -189,9 +176,9 @@ async def test_max_attempts_hands_the_message_to_the_give_up_hook(nsqd: NSQDProc
     async with Consumer("poison", "c", handler, nsqd_tcp_addresses=[address(nsqd)], max_attempts=2,
                         requeue_delay=0, backoff_multiplier=0.01,
                         on_give_up=sync_hook if hook_kind == "sync" else async_hook) as consumer:
-        await until(lambda: consumer.given_up == 1)
+        await wait_for_async(lambda: consumer.given_up == 1, what="the message given up")
     assert [m.attempts for m in handler.messages] == [1, 2] and [m.attempts for m in given_up] == [3]
-    stats = channel(nsqd, "poison", "c")
+    stats = nsqd.channel_stats("poison", "c")
     assert (stats["depth"], stats["in_flight_count"]) == (0, 0)
 
 
@@ -203,16 +190,17 @@ async def test_reconnects_after_nsqd_is_killed_and_restarted(tmp_path: Path) -> 
     await consumer.start()
     second: NSQDProcess | None = None
     try:
-        await until(lambda: consumer.connections)
+        await wait_for_async(lambda: consumer.connections, what="connected")
         http_mpub(first, "phoenix", [b"before"])
-        await until(lambda: handler.bodies() == [b"before"])
-        await until(lambda: channel(first, "phoenix", "c")["in_flight_count"] == 0)
+        await wait_for_async(lambda: handler.bodies() == [b"before"], what="the first message")
+        await wait_for_async(lambda: first.channel_stats("phoenix", "c")["in_flight_count"] == 0,
+                             what="the first message finished")
         first.stop(signal.SIGKILL)
-        await until(lambda: not consumer.connections)
+        await wait_for_async(lambda: not consumer.connections, what="the connection lost")
         second = start_nsqd(*FAST_SCAN, f"--tcp-address=127.0.0.1:{tcp_port}",
                             f"--http-address=127.0.0.1:{http_port}", data_path=tmp_path)
         http_mpub(second, "phoenix", [b"after"])
-        await until(lambda: handler.bodies() == [b"before", b"after"])
+        await wait_for_async(lambda: handler.bodies() == [b"before", b"after"], what="the message after the restart")
     finally:
         await consumer.stop()
         if second is not None:
@@ -225,15 +213,15 @@ async def test_stop_waits_for_the_messages_in_flight(nsqd: NSQDProcess) -> None:
     consumer = Consumer("drain", "c", handler, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=4,
                         concurrency=4)
     await consumer.start()
-    await until(lambda: handler.running == 4)
+    await wait_for_async(lambda: handler.running == 4, what="four handlers running")
     await consumer.stop()
     assert consumer.finished == 4 and handler.most_running == 4  # concurrency: all four at once
 
-    def without_clients() -> Any:  # nsqd sees the connection close a moment after the consumer closed it
-        stats = channel(nsqd, "drain", "c")
+    def without_clients() -> dict[str, Any] | None:  # nsqd sees the connection close after the consumer closed it
+        stats = nsqd.channel_stats("drain", "c")
         return stats if stats["clients"] == [] else None
 
-    stats = await until(without_clients)
+    stats = await wait_for_async(without_clients, what="the consumer gone from the channel")
     assert (stats["depth"], stats["in_flight_count"], stats["requeue_count"]) == (0, 0, 0)
 
 
@@ -246,16 +234,16 @@ async def test_manual_responses_and_starvation(nsqd: NSQDProcess) -> None:
         held.append(message)
 
     async with Consumer("batch", "c", hold, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=10) as consumer:
-        await until(lambda: len(held) == 10)
+        await wait_for_async(lambda: len(held) == 10, what="ten messages held")
         assert consumer.is_starved() and consumer.in_flight == 10
         held[0].requeue(0, backoff=False)
         for message in held[1:]:
             message.finish()
         held[1].finish()  # a second response is ignored
-        await until(lambda: len(held) == 11)
+        await wait_for_async(lambda: len(held) == 11, what="the requeued message again")
         held[10].finish()
         assert consumer.requeued == 1 and consumer.finished == 10 and consumer.total_rdy == 10  # no backoff
-    stats = channel(nsqd, "batch", "c")
+    stats = nsqd.channel_stats("batch", "c")
     assert (stats["depth"], stats["in_flight_count"], stats["requeue_count"]) == (0, 0, 1)
 
 
@@ -267,13 +255,13 @@ async def test_messages_published_by_pynsq_are_consumed_by_ours(nsqd: NSQDProces
     assert await asyncio.to_thread(writer.mpub, "interop", [b"m1", b"m2", "\u00fc".encode()]) == b"OK"
     handler = Recorder()
     async with Consumer("interop", "ours", handler, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=10):
-        await until(lambda: len(handler.messages) == 4)
+        await wait_for_async(lambda: len(handler.messages) == 4, what="pynsq's four messages")
     assert handler.bodies() == [b"single", b"m1", b"m2", "\u00fc".encode()]
 
 
 async def test_messages_published_by_ours_are_consumed_by_pynsq(nsqd: NSQDProcess, pynsq: PynsqLoop) -> None:
     reader = await asyncio.to_thread(pynsq.reader, nsqd.tcp_address, "interop2", "theirs", max_in_flight=10)
-    await until(lambda: channel(nsqd, "interop2", "theirs") and channel(nsqd, "interop2", "theirs")["clients"])
+    await wait_for_async(lambda: nsqd.channel_stats("interop2", "theirs").get("clients"), what="pynsq subscribed")
     async with Producer(address(nsqd)) as producer:
         await producer.publish("interop2", b"single")
         await producer.multi_publish("interop2", [b"m1", b"m2"])

@@ -17,7 +17,7 @@ from tests.wire import WireClient
 async def consume_all(nsqd: NSQDProcess, topic: str, expected: int) -> list[bytes]:
     consumer = await WireClient.connect(nsqd.tcp_address)
     await consumer.subscribe(topic, "c", rdy=2500)
-    bodies = []
+    bodies: list[bytes] = []
     while len(bodies) < expected:
         message = await consumer.read_message(timeout=10)
         bodies.append(message.body)

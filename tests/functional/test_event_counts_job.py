@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from services.pipeline.jobs import event_counts
 from shared.client import Consumer, Message
-from tests.processes import NSQDProcess
+from tests.processes import NSQDProcess, wait_for_async
 from tests.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
@@ -40,8 +39,8 @@ def totals(counts: list[dict[str, Any]]) -> dict[str | None, int]:
 
 async def published_totals(nsqd: NSQDProcess, expected: dict[str | None, int], running: Callable[[], bool],
                            timeout: float = 60) -> dict[str | None, int]:
-    """The totals the output topic's messages add up to, once they are ``expected`` (or after ``timeout`` s, or
-    when the query is no longer ``running``)."""
+    """The totals the output topic's messages add up to, once they are ``expected`` or the query is no longer
+    ``running``; AssertionError after ``timeout`` s."""
     received: list[dict[str, Any]] = []
 
     async def handle(message: Message) -> None:
@@ -49,10 +48,11 @@ async def published_totals(nsqd: NSQDProcess, expected: dict[str | None, int], r
 
     consumer = Consumer("event_counts", "check", handle, nsqd_tcp_addresses=[f"127.0.0.1:{nsqd.tcp_port}"])
     await consumer.start()
-    deadline = time.monotonic() + timeout
-    while totals(received) != expected and time.monotonic() < deadline and running():
-        await asyncio.sleep(0.1)
-    await consumer.stop()
+    try:
+        await wait_for_async(lambda: totals(received) == expected or not running(), timeout,
+                             lambda: f"the totals {expected}, got {totals(received)}", interval=0.1)
+    finally:
+        await consumer.stop()
     return totals(received)
 
 

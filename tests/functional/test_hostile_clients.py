@@ -29,7 +29,7 @@ from shared.protocol.frames import (
     encode_command,
     encode_mpub,
 )
-from tests.processes import NSQDProcess
+from tests.processes import NSQDProcess, wait_for
 from tests.wire import WireClient
 
 OK = Frame(FRAME_TYPE_RESPONSE, b"OK")
@@ -52,22 +52,20 @@ def open_fds(nsqd: NSQDProcess) -> int:
     return len(os.listdir(f"/proc/{nsqd.process.pid}/fd"))
 
 
-def wait_for_fds(nsqd: NSQDProcess, accept: Callable[[int], bool], timeout: float = 10) -> int:
-    deadline = time.monotonic() + timeout
-    while not accept(count := open_fds(nsqd)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return count
+def wait_for_fds(nsqd: NSQDProcess, accept: Callable[[int], bool], what: str) -> None:
+    """Until ``accept`` takes the count of nsqd's open files."""
+    wait_for(lambda: accept(open_fds(nsqd)), 10, lambda: f"{what} (nsqd has {open_fds(nsqd)} files open)")
 
 
 def settled_fds(nsqd: NSQDProcess) -> int:
     """nsqd's open files once those of connections closed a moment ago are let go (unchanged for 0.3 s)."""
-    count, deadline = open_fds(nsqd), time.monotonic() + 5
-    while time.monotonic() < deadline:
-        time.sleep(0.3)
-        previous, count = count, open_fds(nsqd)
-        if count == previous:
-            break
-    return count
+    counts: list[int] = []
+
+    def unchanged() -> int | None:
+        counts.append(open_fds(nsqd))
+        return counts[-1] if len(counts) > 1 and counts[-1] == counts[-2] else None
+
+    return wait_for(unchanged, 5, lambda: f"nsqd's open files settled, counted {counts}", interval=0.3)
 
 
 def stats(nsqd: NSQDProcess) -> dict[str, object]:
@@ -207,7 +205,7 @@ async def test_truncated_commands_then_close_have_no_effect(nsqd: NSQDProcess) -
                 connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             connection.sendall(data)
             connection.close()
-    assert wait_for_fds(nsqd, lambda count: count <= idle_fds) <= idle_fds  # every connection released
+    wait_for_fds(nsqd, lambda count: count <= idle_fds, f"every connection released, {idle_fds} files open")
     # what came whole before the cut counts: one PUB, then half of another
     with socket.create_connection(nsqd.tcp_address) as connection:
         connection.sendall(MAGIC_V2 + encode_command(b"PUB", b"trunc", body=b"x") + b"PUB trunc\n" + size(1))
@@ -295,7 +293,7 @@ async def test_a_thousand_idle_connections(nsqd_factory: Callable[..., NSQDProce
                     connection.sendall(MAGIC_V2)
                 elif i % 3 == 2:
                     connection.sendall(MAGIC_V2 + b"SUB idle c\nRDY 0\n")
-            assert wait_for_fds(nsqd, lambda n: n >= idle_fds + count) >= idle_fds + count
+            wait_for_fds(nsqd, lambda n: n >= idle_fds + count, f"{count} connections open")
             crowded = rss_mib(nsqd)
             acks, deliveries = await round_trips(nsqd, "normal", 100)
             print(f"{count} idle connections: nsqd RSS {baseline:.1f} -> {crowded:.1f} MiB "
@@ -306,7 +304,7 @@ async def test_a_thousand_idle_connections(nsqd_factory: Callable[..., NSQDProce
         finally:
             for connection in connections:
                 connection.close()
-        assert wait_for_fds(nsqd, lambda n: n <= idle_fds) <= idle_fds
+        wait_for_fds(nsqd, lambda n: n <= idle_fds, f"every connection released, {idle_fds} files open")
         assert_no_internal_error(nsqd)
 
 

@@ -1,4 +1,5 @@
-"""nsqd's HTTP API against a real nsqd process, and against NSQ 1.3's own answers captured in tests/reference/.
+"""nsqd's HTTP API against a real nsqd (in this process: tests.in_process), and against NSQ 1.3's own answers
+captured in tests/reference/.
 
 Every route is checked for its status codes, NSQ's error codes, the ``X-NSQ-Content-Type`` and ``Content-Type``
 headers, and, for JSON, the exact key set and JSON types of NSQ's documents (``assert_same_shape``). Behaviour
@@ -7,7 +8,6 @@ the answers promise (pause holds messages, empty drops them, defer defers) is ch
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import re
@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 import pytest
 
 from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_nsqd
+from tests.in_process import InProcessNSQD
+from tests.processes import Service, wait_for_async
 from tests.wire import WireClient
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
@@ -123,7 +124,7 @@ class Reply(NamedTuple):
         return json.loads(self.body)
 
 
-def call(nsqd: NSQDProcess, method: str, path: str, body: bytes | None = None,
+def call(nsqd: Service, method: str, path: str, body: bytes | None = None,
          headers: dict[str, str] | None = None, chunked: bool = False) -> Reply:
     """One request on its own connection; redirects are returned, not followed."""
     connection = http.client.HTTPConnection("127.0.0.1", nsqd.http_port, timeout=10)
@@ -156,23 +157,16 @@ def assert_empty_ok(reply: Reply) -> None:
     assert "content-type" not in reply.headers
 
 
-def stats(nsqd: NSQDProcess, query: str = "") -> Any:
+def stats(nsqd: Service, query: str = "") -> Any:
     reply = call(nsqd, "GET", f"/stats?format=json{query}")
     assert reply.status == 200
     return reply.json()
 
 
-def channel_stats(nsqd: NSQDProcess, topic: str, channel: str) -> Any:
+def channel_stats(nsqd: Service, topic: str, channel: str) -> Any:
     (topic_stats,) = stats(nsqd, f"&topic={topic}&channel={channel}")["topics"]
     (channel_stats,) = topic_stats["channels"]
     return channel_stats
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 def binary_mpub(*bodies: bytes) -> bytes:
@@ -188,7 +182,7 @@ async def connect() -> AsyncIterator[Connect]:
     """Opens protocol-V2 connections (IDENTIFYing when given fields); all are closed at teardown."""
     opened: list[WireClient] = []
 
-    async def open_connection(nsqd: NSQDProcess, **identify: Any) -> WireClient:
+    async def open_connection(nsqd: Service, **identify: Any) -> WireClient:
         client = await WireClient.connect(nsqd.tcp_address)
         opened.append(client)
         if identify:
@@ -200,25 +194,36 @@ async def connect() -> AsyncIterator[Connect]:
         await client.close()
 
 
+@pytest.fixture
+def nsqd_factory(in_process_nsqd_factory: Callable[..., InProcessNSQD]) -> Callable[..., InProcessNSQD]:
+    """This module's nsqd runs in the test's process: what it answers is all these tests check."""
+    return in_process_nsqd_factory
+
+
+@pytest.fixture
+def nsqd(nsqd_factory: Callable[..., InProcessNSQD]) -> InProcessNSQD:
+    return nsqd_factory()
+
+
 @pytest.fixture(scope="module")
-def shared_nsqd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NSQDProcess]:
+def shared_nsqd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessNSQD]:
     """One nsqd for the tests that only read it or check error codes (small limits for the size checks)."""
-    process = start_nsqd(*FAST_SCAN, "--max-msg-size=100", "--max-body-size=300",
+    nsqd = InProcessNSQD(*FAST_SCAN, "--max-msg-size=100", "--max-body-size=300",
                          data_path=tmp_path_factory.mktemp("nsqd"))
-    yield process
-    process.stop()
+    yield nsqd
+    nsqd.stop()
 
 
 # -- /ping, /info ----------------------------------------------------------------------------------------------
 
 
-def test_ping(shared_nsqd: NSQDProcess) -> None:
+def test_ping(shared_nsqd: Service) -> None:
     reply = call(shared_nsqd, "GET", "/ping")
     assert_headers_like(reply, "nsqd_ping.txt")
     assert reply.body == (REFERENCE / "nsqd_ping.txt").read_bytes() == b"OK"
 
 
-def test_info(shared_nsqd: NSQDProcess) -> None:
+def test_info(shared_nsqd: Service) -> None:
     reply = call(shared_nsqd, "GET", "/info")
     assert_headers_like(reply, "nsqd_info.json")
     info = reply.json()
@@ -232,7 +237,7 @@ def test_info(shared_nsqd: NSQDProcess) -> None:
 # -- /stats ----------------------------------------------------------------------------------------------------
 
 
-async def replay_reference_stats(nsqd: NSQDProcess, connect: Connect) -> None:
+async def replay_reference_stats(nsqd: Service, connect: Connect) -> None:
     """What the reference capture had: sample_topic/sample_channel, one consumer with RDY 5 that received and
     finished 6 messages, and a 7th message deferred."""
     consumer = await connect(nsqd, **CONSUMER_IDENTITY)
@@ -242,10 +247,11 @@ async def replay_reference_stats(nsqd: NSQDProcess, connect: Connect) -> None:
         message = await consumer.read_message()
         await consumer.command(b"FIN", message.id)
     assert call(nsqd, "POST", "/pub?topic=sample_topic&defer=3600000", b"later").status == 200
-    await wait_for(lambda: channel_stats(nsqd, "sample_topic", "sample_channel")["clients"][0]["finish_count"] == 6)
+    await wait_for_async(lambda: channel_stats(nsqd, "sample_topic", "sample_channel")["clients"][0]["finish_count"]
+                         == 6, what="six FINs counted")
 
 
-async def test_stats_json_matches_nsq(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_stats_json_matches_nsq(nsqd: Service, connect: Connect) -> None:
     await replay_reference_stats(nsqd, connect)
     reply = call(nsqd, "GET", "/stats?format=json")
     assert_headers_like(reply, "nsqd_stats.json")
@@ -262,7 +268,7 @@ async def test_stats_json_matches_nsq(nsqd: NSQDProcess, connect: Connect) -> No
         ("vm", "vm", CONSUMER_IDENTITY["user_agent"])
 
 
-async def test_stats_text_matches_nsq(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_stats_text_matches_nsq(nsqd: Service, connect: Connect) -> None:
     await replay_reference_stats(nsqd, connect)
     reply = call(nsqd, "GET", "/stats")
     assert_headers_like(reply, "nsqd_stats.txt")
@@ -270,7 +276,7 @@ async def test_stats_text_matches_nsq(nsqd: NSQDProcess, connect: Connect) -> No
         stats_text_skeleton((REFERENCE / "nsqd_stats.txt").read_text())
 
 
-async def test_stats_filters_match_nsq(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_stats_filters_match_nsq(nsqd: Service, connect: Connect) -> None:
     await replay_reference_stats(nsqd, connect)
     assert call(nsqd, "POST", "/topic/create?topic=other_topic").status == 200
     assert call(nsqd, "POST", "/channel/create?topic=other_topic&channel=other_channel").status == 200
@@ -294,7 +300,7 @@ async def test_stats_filters_match_nsq(nsqd: NSQDProcess, connect: Connect) -> N
     assert [t["topic_name"] for t in channel_only["topics"]] == ["other_topic"]
 
 
-def test_stats_without_memory(shared_nsqd: NSQDProcess) -> None:
+def test_stats_without_memory(shared_nsqd: Service) -> None:
     document = stats(shared_nsqd, "&include_mem=false")
     assert "memory" not in document
     reference = reference_json("nsqd_stats.json")
@@ -303,7 +309,7 @@ def test_stats_without_memory(shared_nsqd: NSQDProcess) -> None:
     assert "Memory:" not in call(shared_nsqd, "GET", "/stats?include_mem=0").body.decode()
 
 
-def test_stats_filter_matching_nothing(shared_nsqd: NSQDProcess) -> None:
+def test_stats_filter_matching_nothing(shared_nsqd: Service) -> None:
     assert call(shared_nsqd, "POST", "/topic/create?topic=lonely").status == 200
     # an unknown topic: NSQ returns before listing anything, topics and producers are null
     nothing = stats(shared_nsqd, "&topic=no_such_topic")
@@ -315,7 +321,7 @@ def test_stats_filter_matching_nothing(shared_nsqd: NSQDProcess) -> None:
     assert stats(shared_nsqd, "&channel=no_such_channel")["topics"] == []
 
 
-async def test_stats_lists_tcp_producers(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_stats_lists_tcp_producers(nsqd: Service, connect: Connect) -> None:
     await replay_reference_stats(nsqd, connect)
     producer = await connect(nsqd, **PRODUCER_IDENTITY)
     for body in (b"one", b"two", b"three"):
@@ -334,7 +340,7 @@ async def test_stats_lists_tcp_producers(nsqd: NSQDProcess, connect: Connect) ->
     assert stats(nsqd, "&include_clients=false")["producers"] is None
 
 
-async def test_stats_topic_filter_narrows_pub_counts(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_stats_topic_filter_narrows_pub_counts(nsqd: Service, connect: Connect) -> None:
     producer = await connect(nsqd)
     for topic in (b"first", b"second", b"second"):
         await producer.command(b"PUB", topic, body=b"x")
@@ -345,14 +351,14 @@ async def test_stats_topic_filter_narrows_pub_counts(nsqd: NSQDProcess, connect:
     assert entry["pub_counts"] == [{"topic": "second", "count": 2}]
 
 
-def test_stats_text_separates_topics_with_a_blank_line(shared_nsqd: NSQDProcess) -> None:
+def test_stats_text_separates_topics_with_a_blank_line(shared_nsqd: Service) -> None:
     for topic in ("text_a", "text_b"):
         assert call(shared_nsqd, "POST", f"/topic/create?topic={topic}").status == 200
     text = call(shared_nsqd, "GET", "/stats").body.decode()
     assert re.search(r"\n   \[text_a +\] depth: .*\n\n   \[text_b +\] depth: ", text), text
 
 
-def test_stats_e2e_percentiles_before_any_sample(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+def test_stats_e2e_percentiles_before_any_sample(nsqd_factory: Callable[..., Service]) -> None:
     nsqd = nsqd_factory("--e2e-processing-latency-percentile=0.99")
     assert call(nsqd, "POST", "/topic/create?topic=e2e").status == 200
     assert call(nsqd, "POST", "/channel/create?topic=e2e&channel=c").status == 200
@@ -360,13 +366,14 @@ def test_stats_e2e_percentiles_before_any_sample(nsqd_factory: Callable[..., NSQ
     assert latency == {"count": 0, "percentiles": [{"quantile": 0.99, "value": 0}]}
 
 
-async def test_stats_e2e_percentiles(nsqd_factory: Callable[..., NSQDProcess], connect: Connect) -> None:
+async def test_stats_e2e_percentiles(nsqd_factory: Callable[..., Service], connect: Connect) -> None:
     nsqd = nsqd_factory("--e2e-processing-latency-percentile=1.0,0.5")
     consumer = await connect(nsqd)
     await consumer.subscribe("e2e", "c")
     assert call(nsqd, "POST", "/pub?topic=e2e", b"x").status == 200
     await consumer.command(b"FIN", (await consumer.read_message()).id)
-    await wait_for(lambda: channel_stats(nsqd, "e2e", "c")["e2e_processing_latency"]["count"] == 1)
+    await wait_for_async(lambda: channel_stats(nsqd, "e2e", "c")["e2e_processing_latency"]["count"] == 1,
+                         what="the FIN's latency counted")
     latency = channel_stats(nsqd, "e2e", "c")["e2e_processing_latency"]
     assert [p["quantile"] for p in latency["percentiles"]] == [1.0, 0.5]
     assert all(json_type(p["value"]) == "number" and p["value"] > 0 for p in latency["percentiles"])
@@ -376,7 +383,7 @@ async def test_stats_e2e_percentiles(nsqd_factory: Callable[..., NSQDProcess], c
 # -- /pub ------------------------------------------------------------------------------------------------------
 
 
-async def test_pub(shared_nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_pub(shared_nsqd: Service, connect: Connect) -> None:
     consumer = await connect(shared_nsqd)
     await consumer.subscribe("pub_ok", "c")
     reply = call(shared_nsqd, "POST", "/pub?topic=pub_ok", b"hello")
@@ -388,7 +395,7 @@ async def test_pub(shared_nsqd: NSQDProcess, connect: Connect) -> None:
     assert call(shared_nsqd, "POST", "/pub?topic=pub_ok", b"y" * 100, chunked=True).status == 200
 
 
-async def test_large_bodies_arrive_whole(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_large_bodies_arrive_whole(nsqd: Service, connect: Connect) -> None:
     """Bodies far larger than one socket read, up to the default --max-msg-size and --max-body-size."""
     consumer = await connect(nsqd)
     await consumer.subscribe("large", "c", rdy=12)
@@ -404,7 +411,7 @@ async def test_large_bodies_arrive_whole(nsqd: NSQDProcess, connect: Connect) ->
     assert received == [biggest, biggest, *bodies, *text_bodies]
 
 
-async def test_pub_defer(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_pub_defer(nsqd: Service, connect: Connect) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("deferred", "c")
     assert call(nsqd, "POST", "/pub?topic=deferred&defer=400", b"later").status == 200
@@ -413,7 +420,7 @@ async def test_pub_defer(nsqd: NSQDProcess, connect: Connect) -> None:
     assert (await consumer.read_message()).body == b"later"
 
 
-def test_pub_errors(shared_nsqd: NSQDProcess) -> None:
+def test_pub_errors(shared_nsqd: Service) -> None:
     missing = call(shared_nsqd, "POST", "/pub", b"x")
     assert_headers_like(missing, "nsqd_pub_missing_topic.json")
     assert missing.json() == reference_json("nsqd_pub_missing_topic.json")
@@ -434,7 +441,7 @@ def test_pub_errors(shared_nsqd: NSQDProcess) -> None:
     assert error_of(call(shared_nsqd, "POST", "/pub?topic=t", b"x" * 101, chunked=True)) == (413, "MSG_TOO_BIG")
 
 
-def test_pub_wrong_method(shared_nsqd: NSQDProcess) -> None:
+def test_pub_wrong_method(shared_nsqd: Service) -> None:
     reply = call(shared_nsqd, "GET", "/pub?topic=t")
     assert_headers_like(reply, "nsqd_GET_pub_method_not_allowed.json")
     assert reply.json() == reference_json("nsqd_GET_pub_method_not_allowed.json")
@@ -443,7 +450,7 @@ def test_pub_wrong_method(shared_nsqd: NSQDProcess) -> None:
 # -- /mpub -----------------------------------------------------------------------------------------------------
 
 
-async def test_mpub_text(shared_nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_mpub_text(shared_nsqd: Service, connect: Connect) -> None:
     consumer = await connect(shared_nsqd)
     await consumer.subscribe("mpub_text", "c", rdy=10)
     reply = call(shared_nsqd, "POST", "/mpub?topic=mpub_text", b"one\n\ntwo\r\n\nthree\n")
@@ -456,7 +463,7 @@ async def test_mpub_text(shared_nsqd: NSQDProcess, connect: Connect) -> None:
     await consumer.expect_nothing(0.1)
 
 
-async def test_mpub_binary(shared_nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_mpub_binary(shared_nsqd: Service, connect: Connect) -> None:
     consumer = await connect(shared_nsqd)
     await consumer.subscribe("mpub_binary", "c", rdy=10)
     body = binary_mpub(b"line\none", b"\x00\x01", b"x" * 100)
@@ -468,7 +475,7 @@ async def test_mpub_binary(shared_nsqd: NSQDProcess, connect: Connect) -> None:
         assert (await consumer.read_message()).body == b"b"
 
 
-def test_mpub_errors(shared_nsqd: NSQDProcess) -> None:
+def test_mpub_errors(shared_nsqd: Service) -> None:
     cases = [
         ("/mpub", b"a\nb", 400, "MISSING_ARG_TOPIC"),
         ("/mpub?topic=bad!name", b"a\nb", 400, "INVALID_TOPIC"),
@@ -494,7 +501,7 @@ def test_mpub_errors(shared_nsqd: NSQDProcess) -> None:
 # -- /topic/* --------------------------------------------------------------------------------------------------
 
 
-def test_topic_create_and_delete(shared_nsqd: NSQDProcess) -> None:
+def test_topic_create_and_delete(shared_nsqd: Service) -> None:
     assert_empty_ok(call(shared_nsqd, "POST", "/topic/create?topic=made"))
     assert_empty_ok(call(shared_nsqd, "POST", "/topic/create?topic=made"))  # idempotent
     assert_empty_ok(call(shared_nsqd, "POST", "/channel/create?topic=made&channel=c"))
@@ -504,7 +511,7 @@ def test_topic_create_and_delete(shared_nsqd: NSQDProcess) -> None:
     assert error_of(call(shared_nsqd, "POST", "/topic/delete?topic=made")) == (404, "TOPIC_NOT_FOUND")
 
 
-def test_topic_errors(shared_nsqd: NSQDProcess) -> None:
+def test_topic_errors(shared_nsqd: Service) -> None:
     cases = {
         "create": [("", 400, "MISSING_ARG_TOPIC"), ("?topic=bad!name", 400, "INVALID_TOPIC")],
         "empty": [("", 400, "MISSING_ARG_TOPIC"), ("?topic=bad!name", 400, "INVALID_TOPIC"),
@@ -522,7 +529,7 @@ def test_topic_errors(shared_nsqd: NSQDProcess) -> None:
         assert error_of(call(shared_nsqd, "GET", f"/topic/{action}?topic=t")) == (405, "METHOD_NOT_ALLOWED")
 
 
-def test_topic_empty(shared_nsqd: NSQDProcess) -> None:
+def test_topic_empty(shared_nsqd: Service) -> None:
     assert call(shared_nsqd, "POST", "/mpub?topic=to_empty", b"a\nb").status == 200
     assert stats(shared_nsqd, "&topic=to_empty")["topics"][0]["depth"] == 2
     assert_empty_ok(call(shared_nsqd, "POST", "/topic/empty?topic=to_empty"))
@@ -530,7 +537,7 @@ def test_topic_empty(shared_nsqd: NSQDProcess) -> None:
     assert (topic["depth"], topic["message_count"]) == (0, 2)
 
 
-async def test_topic_pause_holds_messages(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_topic_pause_holds_messages(nsqd: Service, connect: Connect) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("paused_topic", "c")
     assert_empty_ok(call(nsqd, "POST", "/topic/pause?topic=paused_topic"))
@@ -548,7 +555,7 @@ async def test_topic_pause_holds_messages(nsqd: NSQDProcess, connect: Connect) -
 # -- /channel/* ------------------------------------------------------------------------------------------------
 
 
-def test_channel_create_and_delete(shared_nsqd: NSQDProcess) -> None:
+def test_channel_create_and_delete(shared_nsqd: Service) -> None:
     assert error_of(call(shared_nsqd, "POST", "/channel/create?topic=later&channel=c")) == (404, "TOPIC_NOT_FOUND")
     assert stats(shared_nsqd, "&topic=later")["topics"] is None  # /channel/create does not create topics
     assert call(shared_nsqd, "POST", "/topic/create?topic=later").status == 200
@@ -560,7 +567,7 @@ def test_channel_create_and_delete(shared_nsqd: NSQDProcess) -> None:
         (404, "CHANNEL_NOT_FOUND")
 
 
-def test_channel_errors(shared_nsqd: NSQDProcess) -> None:
+def test_channel_errors(shared_nsqd: Service) -> None:
     assert call(shared_nsqd, "POST", "/topic/create?topic=has_no_channels").status == 200
     cases = [
         ("", 400, "MISSING_ARG_TOPIC"),
@@ -580,7 +587,7 @@ def test_channel_errors(shared_nsqd: NSQDProcess) -> None:
                 (404, "CHANNEL_NOT_FOUND")
 
 
-async def test_channel_empty(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_channel_empty(nsqd: Service, connect: Connect) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("to_empty", "c", rdy=1)
     assert call(nsqd, "POST", "/mpub?topic=to_empty", b"1\n2\n3").status == 200
@@ -597,7 +604,7 @@ async def test_channel_empty(nsqd: NSQDProcess, connect: Connect) -> None:
     assert (await consumer.read_message()).body == b"4"
 
 
-async def test_channel_pause_holds_messages(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_channel_pause_holds_messages(nsqd: Service, connect: Connect) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("topic", "paused_channel")
     assert_empty_ok(call(nsqd, "POST", "/channel/pause?topic=topic&channel=paused_channel"))
@@ -615,7 +622,7 @@ async def test_channel_pause_holds_messages(nsqd: NSQDProcess, connect: Connect)
 # -- /config/:opt ----------------------------------------------------------------------------------------------
 
 
-def config_value(nsqd: NSQDProcess, option: str, method: str = "GET", body: bytes | None = None) -> Any:
+def config_value(nsqd: Service, option: str, method: str = "GET", body: bytes | None = None) -> Any:
     reply = call(nsqd, method, f"/config/{option}", body)
     assert reply.status == 200, reply.body
     assert reply.headers["content-type"] == "application/json; charset=utf-8"
@@ -623,7 +630,7 @@ def config_value(nsqd: NSQDProcess, option: str, method: str = "GET", body: byte
     return reply.json()
 
 
-def test_config_get(shared_nsqd: NSQDProcess) -> None:
+def test_config_get(shared_nsqd: Service) -> None:
     assert config_value(shared_nsqd, "msg_timeout") == 60_000_000_000  # durations in nanoseconds
     assert config_value(shared_nsqd, "mem_queue_size") == 10000
     assert config_value(shared_nsqd, "max_msg_size") == 100
@@ -633,7 +640,7 @@ def test_config_get(shared_nsqd: NSQDProcess) -> None:
     assert error_of(call(shared_nsqd, "GET", "/config/no_such_option")) == (400, "INVALID_OPTION")
 
 
-def test_config_put(nsqd: NSQDProcess) -> None:
+def test_config_put(nsqd: Service) -> None:
     assert config_value(nsqd, "log_level", "PUT", b"debug") == 1
     assert config_value(nsqd, "log_level") == 1
     addresses = ["127.0.0.2:1", "127.0.0.3:1"]  # nothing listens there, whatever else runs on this machine
@@ -657,7 +664,7 @@ def test_config_put(nsqd: NSQDProcess) -> None:
 # -- the router: 404, 405, OPTIONS, redirects ------------------------------------------------------------------
 
 
-def test_unknown_path(shared_nsqd: NSQDProcess) -> None:
+def test_unknown_path(shared_nsqd: Service) -> None:
     for method, path in (("GET", "/nope"), ("POST", "/topic/nope"), ("GET", "/put?topic=t"),
                          ("POST", "/create_topic?topic=t"), ("GET", "/pub/")):
         reply = call(shared_nsqd, method, path)
@@ -665,7 +672,7 @@ def test_unknown_path(shared_nsqd: NSQDProcess) -> None:
         assert reply.json() == {"message": "NOT_FOUND"}
 
 
-def test_method_not_allowed_and_options(shared_nsqd: NSQDProcess) -> None:
+def test_method_not_allowed_and_options(shared_nsqd: Service) -> None:
     for method, path, allow in (("HEAD", "/ping", "GET, OPTIONS"), ("POST", "/stats", "GET, OPTIONS"),
                                 ("POST", "/config/log_level", "GET, OPTIONS, PUT"),
                                 ("PUT", "/topic/create", "OPTIONS, POST")):
@@ -676,7 +683,7 @@ def test_method_not_allowed_and_options(shared_nsqd: NSQDProcess) -> None:
     assert (options.status, options.headers["allow"], options.body) == (200, "OPTIONS, POST", b"")
 
 
-def test_trailing_slash_and_unclean_paths_redirect(shared_nsqd: NSQDProcess) -> None:
+def test_trailing_slash_and_unclean_paths_redirect(shared_nsqd: Service) -> None:
     # httprouter: 301 for GET (with Go's short HTML body), 307 otherwise; the query is kept
     reply = call(shared_nsqd, "GET", "/stats/?format=json")
     assert (reply.status, reply.headers["location"]) == (301, "/stats?format=json")
@@ -692,7 +699,7 @@ def test_trailing_slash_and_unclean_paths_redirect(shared_nsqd: NSQDProcess) -> 
 # -- /metrics --------------------------------------------------------------------------------------------------
 
 
-async def test_metrics(nsqd: NSQDProcess, connect: Connect) -> None:
+async def test_metrics(nsqd: Service, connect: Connect) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("metered", "reader", rdy=1)
     assert call(nsqd, "POST", "/mpub?topic=metered", b"a\nb\nc").status == 200

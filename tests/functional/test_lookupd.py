@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import NSQDProcess, start_lookupd
+from tests.processes import NSQDProcess, start_lookupd, wait_for
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
 
@@ -113,7 +113,8 @@ def test_a_registered_nsqd_is_found_with_nsqs_shapes(lookupd: NSQDProcess) -> No
     assert nsqd.command(b"UNREGISTER sample_topic sample_channel") == b"OK"
     assert get(lookupd, "/lookup?topic=sample_topic")[1]["channels"] == ["sample_channel"]  # names stay, as NSQ's
     nsqd.close()
-    time.sleep(0.2)
+    wait_for(lambda: get(lookupd, "/lookup?topic=sample_topic")[1]["producers"] == [],
+             what="the producer gone with its connection")
     status, body = get(lookupd, "/lookup?topic=sample_topic")
     assert status == 200 and body["producers"] == []  # gone with its connection
     assert get(lookupd, "/nodes")[1] == {"producers": []}
@@ -251,17 +252,16 @@ def test_clients_outside_the_nsqd_network_get_its_external_address(tmp_path: Pat
     lookupd = start_lookupd("--external-http-address=127.0.0.1:0")
     nsqds: list[NSQDProcess] = []
     try:
-        external_port = wait_for_log_port(lookupd, "HTTP (external): listening on ")
+        external_port = wait_for(lambda: logged_port(lookupd, "HTTP (external): listening on "),
+                                 what="the external listener logged")
         registered = f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"
         nsqds.append(start_nsqd(registered, "--external-broadcast-address=host.example",
                                 "--external-broadcast-tcp-port=14150"))
         nsqds.append(start_nsqd(registered))  # gives no external address: the same for everyone
         for nsqd in nsqds:
             assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
-        deadline = time.monotonic() + 10
-        while len(get(lookupd, "/lookup?topic=t")[1].get("producers", [])) < 2:
-            assert time.monotonic() < deadline, "the nsqd did not register"
-            time.sleep(0.05)
+        wait_for(lambda: len(get(lookupd, "/lookup?topic=t")[1].get("producers", [])) >= 2,
+                 what="both nsqd registered")
 
         def addresses(port: int, path: str) -> set[tuple[str, int, int]]:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
@@ -279,11 +279,6 @@ def test_clients_outside_the_nsqd_network_get_its_external_address(tmp_path: Pat
         lookupd.stop()
 
 
-def wait_for_log_port(process: NSQDProcess, prefix: str, timeout: float = 10) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in process.log_lines:
-            if prefix in line:
-                return int(line.rsplit(":", 1)[1])
-        time.sleep(0.05)
-    raise AssertionError(f"no {prefix!r} in the log")
+def logged_port(process: NSQDProcess, prefix: str) -> int | None:
+    """The port of the first log line with ``prefix`` (``<prefix><host>:<port>``), None before there is one."""
+    return next((int(line.rsplit(":", 1)[1]) for line in process.log_lines if prefix in line), None)

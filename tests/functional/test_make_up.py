@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.processes import ROOT
+from tests.processes import ROOT, wait_for
 
 OFFSET = 20000  # away from a cluster the developer may be running on the default ports
 
@@ -44,13 +44,9 @@ def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
         for port in (4161 + OFFSET, 4151 + OFFSET, 4251 + OFFSET, 4171 + OFFSET):
             assert http(port, "/ping") == (200, b"OK")
         assert http(4151 + OFFSET, "/pub?topic=hello", b"world")[0] == 200
-        deadline = time.monotonic() + 5
-        producers: list[dict[str, object]] = []
-        while not producers and time.monotonic() < deadline:
-            try:
-                producers = json.loads(http(4161 + OFFSET, "/lookup?topic=hello")[1])["producers"]
-            except urllib.error.HTTPError:
-                time.sleep(0.1)
+        producers: list[dict[str, object]] = wait_for(
+            lambda: json.loads(http(4161 + OFFSET, "/lookup?topic=hello")[1])["producers"], 5,
+            "nsqd registered the topic", retry_on=(urllib.error.HTTPError,))  # 404 until then
         assert [p["tcp_port"] for p in producers] == [4150 + OFFSET]
         assert {p["broadcast_address"] for p in producers} == {"127.0.0.1"}
         assert b"hello" in http(4171 + OFFSET, "/")[1]  # the admin sees the topic too

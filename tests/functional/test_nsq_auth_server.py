@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from apps.nsq_auth_server import AuthServer, Options
 from services.nsqd.auth_client import AuthClient
 from shared.auth_reply import AuthError
 from shared.flags import FlagError
-from tests.processes import ROOT, NSQDProcess, start_auth_server
+from tests.processes import ROOT, NSQDProcess, start_auth_server, wait_for
 
 COMMAND = [sys.executable, "-m", "apps.nsq_auth_server"]
 _LISTENING = re.compile(r"HTTP: listening on 127\.0\.0\.1:(\d+)$")
@@ -69,13 +68,6 @@ def post(server: NSQDProcess, secret: str, remote_ip: str = "127.0.0.1", tls: bo
     return status, json.loads(body)
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return result
-
-
 # --- the process ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("ask", [get, post])
@@ -93,7 +85,7 @@ def test_ping_and_the_log(server: NSQDProcess) -> None:
     assert server.http("GET", "/ping")[::2] == (200, b"OK")
     assert any(f"HTTP: listening on 127.0.0.1:{server.http_port}" in line for line in server.log_lines)
     get(server, "s3cret-not")
-    assert wait_for(lambda: any("denied" in line for line in server.log_lines))
+    wait_for(lambda: any("denied" in line for line in server.log_lines), what="the refusal logged")
     assert not any("s3cret-not" in line for line in server.log_lines)  # secrets stay out of the log
 
 
@@ -123,8 +115,8 @@ def test_an_edit_that_breaks_the_file_keeps_the_previous_rules(server: NSQDProce
     write_rules(rules_file, '{"secrets": {"s3cret": {"authorizations": [{"topic": "(", "channels": [], '
                             '"permissions": []}]}}}')
     assert get(server, "s3cret") == (200, BILLING_REPLY)
-    assert wait_for(lambda: any("keeping the previous rules" in line and "unable to compile topic" in line
-                                for line in server.log_lines))
+    wait_for(lambda: any("keeping the previous rules" in line and "unable to compile topic" in line
+                         for line in server.log_lines), what="the broken file logged")
     rules_file.unlink()
     assert get(server, "s3cret") == (200, BILLING_REPLY)
     write_rules(rules_file, {"secrets": {"other": {}}})

@@ -7,16 +7,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from apps.nsq_stat import HEADER, ChannelStats, aggregate
 from tests.conftest import FAST_SCAN
-from tests.processes import ROOT, NSQDProcess, start_lookupd, start_nsqd
+from tests.processes import ROOT, NSQDProcess, start_lookupd, start_nsqd, wait_for
 
 COLUMNS = ("ingress", "egress", "total", "mem", "disk", "inflt", "def", "req", "t-o", "msgs", "clients")
 COMMAND = [sys.executable, "-m", "apps.nsq_stat"]
@@ -43,13 +41,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return result
 
 
 def fill(nsqd: NSQDProcess, topic: str, channel: str, messages: int, deferred: int = 0) -> None:
@@ -123,8 +114,9 @@ def test_via_lookupds_each_producer_once(lookupds: list[NSQDProcess], tmp_path: 
             nsqds.append(start_nsqd(*FAST_SCAN, *flags, data_path=tmp_path / name))
         fill(nsqds[0], "t", "c", messages=3)
         fill(nsqds[1], "t", "c", messages=4, deferred=2)
-        assert wait_for(lambda: producer_ports(lookupds[0], "t") == {nsqds[0].http_port})
-        assert wait_for(lambda: producer_ports(lookupds[1], "t") == {nsqd.http_port for nsqd in nsqds})
+        wait_for(lambda: producer_ports(lookupds[0], "t") == {nsqds[0].http_port}, what="one nsqd on the first")
+        wait_for(lambda: producer_ports(lookupds[1], "t") == {nsqd.http_port for nsqd in nsqds},
+                 what="both nsqd on the second lookupd")
         result = nsq_stat("--topic=t", "--channel=c", "--count=2", "--interval=200ms",
                           *(f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}" for lookupd in lookupds))
     finally:

@@ -193,10 +193,13 @@ async def stop_mid_stream(nsqd: NSQDProcess, archiver: ToolProcess, total: int, 
     finished some. Returns everything published."""
     sent: list[bytes] = []
     stream = asyncio.create_task(publish_stream(nsqd, "stream", sent, total))
-    while not (len(sent) >= total // 3 and finished(channel_stats(nsqd, "stream") or {"message_count": 0,
-               "depth": 0, "in_flight_count": 0, "deferred_count": 0}) > 0):
+
+    def a_third_sent_and_some_finished() -> bool:
         assert not stream.done(), "the archiver finished nothing while a third of the stream went by"
-        await asyncio.sleep(0.02)
+        return len(sent) >= total // 3 and finished(channel_stats(nsqd, "stream")) > 0
+
+    await processes.wait_for_async(a_third_sent_and_some_finished, 30, "a third sent and some of it archived",
+                                   interval=0.02)
     returncode = await asyncio.to_thread(archiver.stop, sig)
     assert len(sent) < total, "stopped after the stream ended: publish more, or faster"
     await stream

@@ -230,7 +230,7 @@ def test_a_stream_publishes_each_micro_batch_once(spark: SparkSession, tmp_path:
 
 async def test_chunks_a_dead_node_does_not_take_go_to_the_next(nsqd: NSQDProcess) -> None:
     """The sink's publishing without Spark: once the dead node has failed, it is left for the live one."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 
     from services.pipeline.options import parse_options
     from services.pipeline.sink import CHUNKS_IN_FLIGHT, SinkConfig, publish

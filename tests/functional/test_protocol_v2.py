@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_mpub
-from tests.processes import NSQDProcess
+from tests.processes import NSQDProcess, wait_for_async
 from tests.wire import WireClient
 
 
@@ -373,12 +373,12 @@ async def test_ephemeral_channel_and_topic_go_away_with_their_consumer(nsqd: NSQ
     assert [t["topic_name"] for t in topics] == ["gone#ephemeral", "kept"]
     await consumer.close()
     await durable.close()
-    for _ in range(50):
+
+    def only_kept_without_channels() -> bool:
         topics = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"]
-        if [t["topic_name"] for t in topics] == ["kept"] and not topics[0]["channels"]:
-            break
-        await asyncio.sleep(0.05)
-    assert [t["topic_name"] for t in topics] == ["kept"] and topics[0]["channels"] == []
+        return [(t["topic_name"], t["channels"]) for t in topics] == [("kept", [])]
+
+    await wait_for_async(only_kept_without_channels, 5, "the ephemeral topic and channel deleted")
 
 
 async def test_deleting_a_channel_closes_its_consumers(nsqd: NSQDProcess) -> None:

@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import nsq
+import nsq  # type: ignore[import-untyped]  # pynsq 0.9.1: no stubs or py.typed
 import pytest
 
-from tests.processes import NSQDProcess
-from tests.pynsq_harness import PynsqLoop, Received, poll_until
+from tests.processes import NSQDProcess, wait_for
+from tests.pynsq_harness import PynsqLoop, Received
 from tests.wire import WireClient
 
 # a message sent by nsqd is timed from before the client saw it: allow that much transit on "not before"
@@ -58,7 +58,7 @@ def wait_subscribed(nsqd: NSQDProcess, topic: str, channel: str, clients: int = 
         if found and len(found["clients"]) == clients and all(c["ready_count"] > 0 for c in found["clients"]):
             return found
         return None
-    return poll_until(subscribed)
+    return wait_for(subscribed, what=f"{clients} pynsq consumers ready on {topic}/{channel}")
 
 
 def wait_settled(nsqd: NSQDProcess, topic: str, channel: str, finished: int) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def wait_settled(nsqd: NSQDProcess, topic: str, channel: str, finished: int) -> 
                 and found["in_flight_count"] == 0 and found["deferred_count"] == 0:
             return found
         return None
-    return poll_until(settled)
+    return wait_for(settled, what=f"{finished} finished on {topic}/{channel}, nothing left")
 
 
 def http_pub(nsqd: NSQDProcess, topic: str, body: bytes) -> None:
@@ -131,7 +131,7 @@ def test_writer_callback_gets_error_frames(nsqd: NSQDProcess, pynsq: PynsqLoop) 
         return any(conn is not first_conn and conn.connected() for conn in writer.writer.conns.values())
 
     # nsqd closed the connection; once the Writer has a new one, pynsq has logged all it will about the old one
-    poll_until(lambda: pynsq.call(reconnected))
+    wait_for(lambda: pynsq.call(reconnected), what="the Writer reconnected")
     problems = pynsq.take_problems()
     assert any("E_BAD_TOPIC" in problem for problem in problems), problems
     assert any("connection closed" in problem for problem in problems), problems
@@ -288,7 +288,7 @@ def test_reader_answers_heartbeats_and_stays_connected(nsqd: NSQDProcess, pynsq:
 
     # nsqd drops a client silent for two heartbeat intervals; pynsq answers each heartbeat with NOP
     reader.inbox.wait_heartbeats(3, timeout=6)
-    poll_until(lambda: time.monotonic() - connected > 3.2)
+    time.sleep(max(0.0, connected + 3.2 - time.monotonic()))
     [still] = wait_subscribed(nsqd, "pynsq_heartbeat", "ch")["clients"]
     assert (still["remote_address"], still["connect_ts"]) == (client["remote_address"], client["connect_ts"])
     assert reader.connections() == 1

@@ -94,7 +94,7 @@ def test_nsq_event_counts_on_a_standalone_cluster(spark_cluster: SparkCluster,  
         "--topic=events", "--output-topic=event_counts", f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}",
         f"--checkpoint-dir={tmp_path / 'checkpoint'}", "--window=1 day"], log)
     try:
-        expected = {"click": MESSAGES // 2, "view": MESSAGES // 2}
+        expected: dict[str | None, int] = {"click": MESSAGES // 2, "view": MESSAGES // 2}
         published = asyncio.run(published_totals(nsqd, expected, lambda: job.poll() is None, timeout=180))
         assert published == expected, log.read_text()[-3000:]
     finally:

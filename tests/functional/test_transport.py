@@ -107,7 +107,7 @@ async def test_our_client_publishes_and_consumes_over_every_combination(
     nsqd = tls_nsqd()
     address = f"127.0.0.1:{nsqd.tcp_port}"
     tls = certificates.client_context() if features.get("tls") else None
-    compression = {key: True for key in ("snappy", "deflate") if features.get(key)}
+    compression: dict[str, Any] = {key: True for key in ("snappy", "deflate") if features.get(key)}  # IDENTIFY
     bodies = [b"message %d " % index * (index + 1) for index in range(500)]
     async with Producer(address, tls=tls, **compression) as producer:
         await producer.multi_publish("secure", bodies[:250])

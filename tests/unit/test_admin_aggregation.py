@@ -114,9 +114,10 @@ def test_our_nsqd_stats_read() -> None:
 
 def test_e2e_merged_across_nodes() -> None:
     def node(count: int, p99: float, p50: float) -> dict[str, Any]:
-        return aggregation.node_topics("n", "h", {"topics": [{"topic_name": "t", "e2e_processing_latency": {
-            "count": count, "percentiles": [{"quantile": 0.99, "value": p99}, {"quantile": 0.5, "value": p50}]}}]},
-            0)[0]["e2e_processing_latency"]
+        percentiles = [{"quantile": 0.99, "value": p99}, {"quantile": 0.5, "value": p50}]
+        topic = {"topic_name": "t", "e2e_processing_latency": {"count": count, "percentiles": percentiles}}
+        latency: dict[str, Any] = aggregation.node_topics("n", "h", {"topics": [topic]}, 0)[0]["e2e_processing_latency"]
+        return latency
 
     merged = aggregation.aggregate_e2e([node(10, 100.0, 10.0), node(30, 200.0, 20.0)], "t", "")
     assert merged["count"] == 40

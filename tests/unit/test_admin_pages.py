@@ -527,7 +527,9 @@ def test_chart_time_axis_has_round_times_in_utc_with_their_timestamps() -> None:
 
 def test_chart_carries_its_points_and_geometry_for_the_pointer() -> None:
     svg = line_chart_svg("Depth", [(100.0, 2.0), (160.0, 7.5)], unit="messages")
-    points = json.loads(re.search(r'data-points="([^"]*)"', svg)[1].replace("&#34;", '"'))
+    found = re.search(r'data-points="([^"]*)"', svg)
+    assert found is not None, svg
+    points = json.loads(found[1].replace("&#34;", '"'))
     assert points == [[100.0, 2.0], [160.0, 7.5]]
     assert 'data-unit="messages"' in svg and 'data-span="100,160,8"' in svg and 'data-plot="60,34,586,210"' in svg
     assert '<g class="chart-pointer" visibility="hidden">' in svg

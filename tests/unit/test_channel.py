@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 
 from services.nsqd.channel import Channel, ChannelError
+from services.nsqd.client import Client
 from services.nsqd.message_queue import Storage
 from services.nsqd.message import QueuedMessage
-from tests.unit.nsqd_fixtures import make_client, options
+from tests.unit.nsqd_fixtures import RecordingTransport, make_client, options
 
 
 def entry(n: int) -> QueuedMessage:
@@ -22,7 +24,8 @@ def make_channel(name: str = "c", **opts: object) -> tuple[Channel, list[Channel
     return Channel("t", name, settings, Storage(None, settings), gone.append), gone
 
 
-def subscribe(channel: Channel, client_id: int = 1, ready: int = 1, msg_timeout: float = 60.0):  # type: ignore[no-untyped-def]
+def subscribe(channel: Channel, client_id: int = 1, ready: int = 1,
+              msg_timeout: float = 60.0) -> tuple[Client, RecordingTransport]:
     client, transport = make_client(client_id, 0, msg_timeout)
     client.subscribe(channel)
     client.set_ready(ready)
@@ -57,8 +60,10 @@ def test_only_the_owner_can_acknowledge() -> None:
     other, _ = subscribe(channel, 2)
     channel.put(entry(1))
     msg = transport.messages()[0]
-    for action in (lambda: channel.finish(other, msg.id), lambda: channel.requeue(other, msg.id, 0),
-                   lambda: channel.touch(other, msg.id)):
+    actions: list[Callable[[], object]] = [lambda: channel.finish(other, msg.id),
+                                           lambda: channel.requeue(other, msg.id, 0),
+                                           lambda: channel.touch(other, msg.id)]
+    for action in actions:
         with pytest.raises(ChannelError, match="client does not own message"):
             action()
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from apps.to_nsq import Options, RecordSplitter, StdinReader, Throttle, producer_settings
+from apps.client_options import producer_settings
+from apps.to_nsq import Options, RecordSplitter, StdinReader, Throttle
 from shared.flags import FlagError
 from tests.tool_flags import parsed, refused
 
