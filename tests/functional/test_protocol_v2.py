@@ -1,4 +1,4 @@
-"""Protocol V2 against a real nsqd process: every command, its replies and its error codes."""
+"""Protocol V2 against a real nsqd (in this process, over real sockets): every command, its replies and its error codes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import asyncio
 import json
 from collections.abc import Callable
 
+import pytest
+
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_mpub
-from tests.processes import NSQDProcess, wait_for_async
+from tests.in_process import InProcessNSQD
+from tests.processes import Service, wait_for_async
 from tests.wire import WireClient
 
 
@@ -15,11 +18,17 @@ def error(text: str) -> Frame:
     return Frame(FRAME_TYPE_ERROR, text.encode())
 
 
-async def connect(nsqd: NSQDProcess) -> WireClient:
+@pytest.fixture
+def nsqd_factory(in_process_nsqd_factory: Callable[..., InProcessNSQD]) -> Callable[..., InProcessNSQD]:
+    """nsqd in this process: what these tests check is what it answers, not how it runs as a program."""
+    return in_process_nsqd_factory
+
+
+async def connect(nsqd: Service) -> WireClient:
     return await WireClient.connect(nsqd.tcp_address)
 
 
-async def publish(nsqd: NSQDProcess, topic: str, *bodies: bytes) -> None:
+async def publish(nsqd: Service, topic: str, *bodies: bytes) -> None:
     producer = await connect(nsqd)
     for body in bodies:
         await producer.command(b"PUB", topic.encode(), body=body)
@@ -32,18 +41,18 @@ async def assert_fatal(client: WireClient, expected: str) -> None:
     assert await client.closed()
 
 
-async def test_bad_magic_is_refused(nsqd: NSQDProcess) -> None:
+async def test_bad_magic_is_refused(nsqd: Service) -> None:
     client = await WireClient.connect(nsqd.tcp_address, magic=b"  V1")
     await assert_fatal(client, "E_BAD_PROTOCOL")
 
 
-async def test_unknown_command_is_fatal(nsqd: NSQDProcess) -> None:
+async def test_unknown_command_is_fatal(nsqd: Service) -> None:
     client = await connect(nsqd)
     await client.command(b"HELLO")
     await assert_fatal(client, "E_INVALID invalid command HELLO")
 
 
-async def test_identify_negotiates_features(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+async def test_identify_negotiates_features(nsqd_factory: Callable[..., Service]) -> None:
     nsqd = nsqd_factory("--max-rdy-count=100", "--msg-timeout=30s")
     client = await connect(nsqd)
     frame = await client.identify(feature_negotiation=True, client_id="c1", hostname="h1", user_agent="test/1",
@@ -64,31 +73,31 @@ async def test_identify_negotiates_features(nsqd_factory: Callable[..., NSQDProc
     await client.close()
 
 
-async def test_identify_without_negotiation_answers_ok(nsqd: NSQDProcess) -> None:
+async def test_identify_without_negotiation_answers_ok(nsqd: Service) -> None:
     client = await connect(nsqd)
     assert await client.identify(client_id="x") == Frame(FRAME_TYPE_RESPONSE, b"OK")
     await client.close()
 
 
-async def test_identify_out_of_range_is_fatal(nsqd: NSQDProcess) -> None:
+async def test_identify_out_of_range_is_fatal(nsqd: Service) -> None:
     client = await connect(nsqd)
     await client.command(b"IDENTIFY", body=json.dumps({"heartbeat_interval": 500}).encode())
     await assert_fatal(client, "E_BAD_BODY IDENTIFY heartbeat interval (500) is invalid")
 
 
-async def test_identify_bad_json_is_fatal(nsqd: NSQDProcess) -> None:
+async def test_identify_bad_json_is_fatal(nsqd: Service) -> None:
     client = await connect(nsqd)
     await client.command(b"IDENTIFY", body=b"{nope")
     await assert_fatal(client, "E_BAD_BODY IDENTIFY failed to decode JSON body")
 
 
-async def test_auth_is_disabled(nsqd: NSQDProcess) -> None:
+async def test_auth_is_disabled(nsqd: Service) -> None:
     client = await connect(nsqd)
     await client.command(b"AUTH", body=b"secret")
     await assert_fatal(client, "E_AUTH_DISABLED AUTH disabled")
 
 
-async def test_sub_errors(nsqd: NSQDProcess) -> None:
+async def test_sub_errors(nsqd: Service) -> None:
     cases = [
         ([b"SUB", b"bad!topic", b"c"], 'E_BAD_TOPIC SUB topic name "bad!topic" is not valid'),
         ([b"SUB", b"t", b"bad#chan"], 'E_BAD_CHANNEL SUB channel name "bad#chan" is not valid'),
@@ -100,7 +109,7 @@ async def test_sub_errors(nsqd: NSQDProcess) -> None:
         await assert_fatal(client, expected)
 
 
-async def test_sub_needs_heartbeats_and_happens_once(nsqd: NSQDProcess) -> None:
+async def test_sub_needs_heartbeats_and_happens_once(nsqd: Service) -> None:
     client = await connect(nsqd)
     await client.identify(heartbeat_interval=-1)
     await client.command(b"SUB", b"t", b"c")
@@ -111,7 +120,7 @@ async def test_sub_needs_heartbeats_and_happens_once(nsqd: NSQDProcess) -> None:
     await assert_fatal(client, "E_INVALID cannot SUB in current state")
 
 
-async def test_commands_before_sub_are_invalid(nsqd: NSQDProcess) -> None:
+async def test_commands_before_sub_are_invalid(nsqd: Service) -> None:
     for command, expected in [((b"RDY", b"1"), "E_INVALID cannot RDY in current state"),
                               ((b"FIN", b"0" * 16), "E_INVALID cannot FIN in current state"),
                               ((b"REQ", b"0" * 16, b"0"), "E_INVALID cannot REQ in current state"),
@@ -122,7 +131,7 @@ async def test_commands_before_sub_are_invalid(nsqd: NSQDProcess) -> None:
         await assert_fatal(client, expected)
 
 
-async def test_rdy_bounds(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+async def test_rdy_bounds(nsqd_factory: Callable[..., Service]) -> None:
     nsqd = nsqd_factory("--max-rdy-count=10")
     client = await connect(nsqd)
     await client.subscribe("t", "c", rdy=10)
@@ -134,7 +143,7 @@ async def test_rdy_bounds(nsqd_factory: Callable[..., NSQDProcess]) -> None:
     await assert_fatal(client, "E_INVALID RDY could not parse count -1")
 
 
-async def test_rdy_is_an_in_flight_window(nsqd: NSQDProcess) -> None:
+async def test_rdy_is_an_in_flight_window(nsqd: Service) -> None:
     await publish(nsqd, "window", *[b"m%d" % i for i in range(5)])
     consumer = await connect(nsqd)
     await consumer.subscribe("window", "c", rdy=2)
@@ -153,7 +162,7 @@ async def test_rdy_is_an_in_flight_window(nsqd: NSQDProcess) -> None:
     await consumer.close()
 
 
-async def test_fin_failures_are_not_fatal(nsqd: NSQDProcess) -> None:
+async def test_fin_failures_are_not_fatal(nsqd: Service) -> None:
     await publish(nsqd, "fin", b"one")
     owner = await connect(nsqd)
     await owner.subscribe("fin", "c")
@@ -170,21 +179,23 @@ async def test_fin_failures_are_not_fatal(nsqd: NSQDProcess) -> None:
     assert await other.read_frame() == error("E_TOUCH_FAILED TOUCH 0000000000000000 failed ID not in flight")
     await owner.command(b"FIN", msg.id)
     await publish(nsqd, "fin", b"two")
-    second = await asyncio.wait_for(asyncio.gather(owner.read_message(), other.read_message(),
-                                                   return_exceptions=True), 6)
-    assert [m.body for m in second if not isinstance(m, BaseException)] == [b"two"]
+    reads = [asyncio.ensure_future(client.read_message()) for client in (owner, other)]
+    done, pending = await asyncio.wait(reads, timeout=6, return_when=asyncio.FIRST_COMPLETED)
+    for read in pending:
+        read.cancel()
+    assert [read.result().body for read in done] == [b"two"]  # both still subscribed: one of them gets it
     await owner.close()
     await other.close()
 
 
-async def test_fin_with_a_malformed_id_is_fatal(nsqd: NSQDProcess) -> None:
+async def test_fin_with_a_malformed_id_is_fatal(nsqd: Service) -> None:
     client = await connect(nsqd)
     await client.subscribe("t", "c")
     await client.command(b"FIN", b"short")
     await assert_fatal(client, "E_INVALID invalid message ID")
 
 
-async def test_req_redelivers_now_or_after_its_delay(nsqd: NSQDProcess) -> None:
+async def test_req_redelivers_now_or_after_its_delay(nsqd: Service) -> None:
     await publish(nsqd, "req", b"again")
     consumer = await connect(nsqd)
     await consumer.subscribe("req", "c", rdy=1)
@@ -204,7 +215,7 @@ async def test_req_redelivers_now_or_after_its_delay(nsqd: NSQDProcess) -> None:
     await consumer.close()
 
 
-async def test_timeout_redelivers_with_attempts_incremented(nsqd: NSQDProcess) -> None:
+async def test_timeout_redelivers_with_attempts_incremented(nsqd: Service) -> None:
     await publish(nsqd, "timeout", b"slow")
     consumer = await connect(nsqd)
     await consumer.subscribe("timeout", "c", rdy=1, msg_timeout=1000)
@@ -220,7 +231,7 @@ async def test_timeout_redelivers_with_attempts_incremented(nsqd: NSQDProcess) -
     await consumer.close()
 
 
-async def test_touch_keeps_a_message_past_its_timeout(nsqd: NSQDProcess) -> None:
+async def test_touch_keeps_a_message_past_its_timeout(nsqd: Service) -> None:
     await publish(nsqd, "touch", b"long job")
     consumer = await connect(nsqd)
     await consumer.subscribe("touch", "c", rdy=1, msg_timeout=1000)
@@ -235,7 +246,7 @@ async def test_touch_keeps_a_message_past_its_timeout(nsqd: NSQDProcess) -> None
     await consumer.close()
 
 
-async def test_heartbeats_and_disconnect_of_a_silent_client(nsqd: NSQDProcess) -> None:
+async def test_heartbeats_and_disconnect_of_a_silent_client(nsqd: Service) -> None:
     client = await connect(nsqd)
     loop = asyncio.get_running_loop()
     last_command_at = loop.time()
@@ -247,7 +258,7 @@ async def test_heartbeats_and_disconnect_of_a_silent_client(nsqd: NSQDProcess) -
     assert 1.95 <= loop.time() - last_command_at <= 3.5
 
 
-async def test_answering_heartbeats_keeps_the_connection(nsqd: NSQDProcess) -> None:
+async def test_answering_heartbeats_keeps_the_connection(nsqd: Service) -> None:
     client = await connect(nsqd)
     await client.identify(heartbeat_interval=1000)
     for _ in range(3):
@@ -257,7 +268,7 @@ async def test_answering_heartbeats_keeps_the_connection(nsqd: NSQDProcess) -> N
     await client.close()
 
 
-async def test_dpub_defers_delivery(nsqd: NSQDProcess) -> None:
+async def test_dpub_defers_delivery(nsqd: Service) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("dpub", "c", rdy=5)
     producer = await connect(nsqd)
@@ -272,7 +283,7 @@ async def test_dpub_defers_delivery(nsqd: NSQDProcess) -> None:
     await consumer.close()
 
 
-async def test_mpub_and_its_errors(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+async def test_mpub_and_its_errors(nsqd_factory: Callable[..., Service]) -> None:
     nsqd = nsqd_factory("--max-msg-size=100")
     consumer = await connect(nsqd)
     await consumer.subscribe("mpub", "c", rdy=10)
@@ -292,7 +303,7 @@ async def test_mpub_and_its_errors(nsqd_factory: Callable[..., NSQDProcess]) -> 
     await consumer.close()
 
 
-async def test_publishing_is_allowed_in_any_state(nsqd: NSQDProcess) -> None:
+async def test_publishing_is_allowed_in_any_state(nsqd: Service) -> None:
     client = await connect(nsqd)
     await client.subscribe("self", "c", rdy=1)
     await client.command(b"PUB", b"self", body=b"loop")
@@ -301,7 +312,7 @@ async def test_publishing_is_allowed_in_any_state(nsqd: NSQDProcess) -> None:
     await client.close()
 
 
-async def test_cls_stops_delivery(nsqd: NSQDProcess) -> None:
+async def test_cls_stops_delivery(nsqd: Service) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("cls", "c", rdy=10)
     await consumer.command(b"CLS")
@@ -312,7 +323,7 @@ async def test_cls_stops_delivery(nsqd: NSQDProcess) -> None:
     await consumer.close()
 
 
-async def test_two_channels_each_get_every_message(nsqd: NSQDProcess) -> None:
+async def test_two_channels_each_get_every_message(nsqd: Service) -> None:
     first, second = await connect(nsqd), await connect(nsqd)
     await first.subscribe("fanout", "a", rdy=10)
     await second.subscribe("fanout", "b", rdy=10)
@@ -322,7 +333,7 @@ async def test_two_channels_each_get_every_message(nsqd: NSQDProcess) -> None:
         await consumer.close()
 
 
-async def test_consumers_of_one_channel_split_messages(nsqd: NSQDProcess) -> None:
+async def test_consumers_of_one_channel_split_messages(nsqd: Service) -> None:
     consumers = [await connect(nsqd) for _ in range(2)]
     for consumer in consumers:
         await consumer.subscribe("split", "c", rdy=100)
@@ -339,7 +350,7 @@ async def test_consumers_of_one_channel_split_messages(nsqd: NSQDProcess) -> Non
         await consumer.close()
 
 
-async def test_max_channel_consumers(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+async def test_max_channel_consumers(nsqd_factory: Callable[..., Service]) -> None:
     nsqd = nsqd_factory("--max-channel-consumers=1")
     first = await connect(nsqd)
     await first.subscribe("limited", "c")
@@ -349,7 +360,7 @@ async def test_max_channel_consumers(nsqd_factory: Callable[..., NSQDProcess]) -
     await first.close()
 
 
-async def test_overflow_goes_to_disk_and_nothing_is_lost(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+async def test_overflow_goes_to_disk_and_nothing_is_lost(nsqd_factory: Callable[..., Service]) -> None:
     nsqd = nsqd_factory("--mem-queue-size=3")
     producer = await connect(nsqd)
     producer.send(encode_mpub(b"full", [b"%d" % i for i in range(10)]))
@@ -364,7 +375,7 @@ async def test_overflow_goes_to_disk_and_nothing_is_lost(nsqd_factory: Callable[
     await producer.close()
 
 
-async def test_ephemeral_channel_and_topic_go_away_with_their_consumer(nsqd: NSQDProcess) -> None:
+async def test_ephemeral_channel_and_topic_go_away_with_their_consumer(nsqd: Service) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("gone#ephemeral", "tail#ephemeral")
     durable = await connect(nsqd)
@@ -381,7 +392,7 @@ async def test_ephemeral_channel_and_topic_go_away_with_their_consumer(nsqd: NSQ
     await wait_for_async(only_kept_without_channels, 5, "the ephemeral topic and channel deleted")
 
 
-async def test_deleting_a_channel_closes_its_consumers(nsqd: NSQDProcess) -> None:
+async def test_deleting_a_channel_closes_its_consumers(nsqd: Service) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("del", "c")
     status, _, _ = nsqd.http("POST", "/channel/delete?topic=del&channel=c")
@@ -389,7 +400,7 @@ async def test_deleting_a_channel_closes_its_consumers(nsqd: NSQDProcess) -> Non
     assert await consumer.closed()
 
 
-async def test_idle_consumer_gets_messages_promptly(nsqd: NSQDProcess) -> None:
+async def test_idle_consumer_gets_messages_promptly(nsqd: Service) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("prompt", "c", rdy=100)
     loop = asyncio.get_running_loop()
@@ -400,7 +411,7 @@ async def test_idle_consumer_gets_messages_promptly(nsqd: NSQDProcess) -> None:
     await consumer.close()
 
 
-async def test_e2e_processing_latency_percentiles(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+async def test_e2e_processing_latency_percentiles(nsqd_factory: Callable[..., Service]) -> None:
     nsqd = nsqd_factory("--e2e-processing-latency-percentile=0.99,0.5")
     consumer = await connect(nsqd)
     await consumer.subscribe("e2e", "c", rdy=10)
@@ -418,7 +429,7 @@ async def test_e2e_processing_latency_percentiles(nsqd_factory: Callable[..., NS
 
 
 async def test_a_producer_that_does_not_read_its_replies_is_throttled_not_dropped(
-        nsqd_factory: Callable[..., NSQDProcess]) -> None:
+        nsqd_factory: Callable[..., Service]) -> None:
     nsqd = nsqd_factory("--mem-queue-size=100000")
     producer = await connect(nsqd)
     count = 50_000
