@@ -68,12 +68,27 @@ class Magic:
         return data[needed:]
 
 
-def after_magic(magic: Magic, data: bytes) -> tuple[bytes, Command | None]:
-    """``data`` past ``magic``, or the command that ends a connection whose magic is wrong."""
-    try:
-        return magic.take(data), None
-    except BadProtocolError as error:
-        return b"", _new(Command, (b"", [], b"", None, error))
+class MagicFirst:
+    """What the parsers of a stream that opens with the protocol's magic share: the magic, then commands until one
+    carries an error."""
+
+    def __init__(self, magic: bytes) -> None:
+        self._magic = Magic(magic) if magic else None
+        self._stopped = False
+
+    def _strip_magic(self, data: bytes) -> tuple[bytes, list[Command] | None]:
+        """The bytes past the magic, or the commands to answer with instead: none while the magic is incomplete,
+        the one refusing a wrong magic."""
+        assert self._magic is not None
+        try:
+            data = self._magic.take(data)
+        except BadProtocolError as error:
+            self._stopped = True
+            return b"", [_new(Command, (b"", [], b"", None, error))]
+        if not self._magic.complete:
+            return b"", []
+        self._magic = None
+        return data, None
 
 
 # (parsed command, position after it); None when more bytes are needed, which are kept from the start of the
@@ -82,12 +97,11 @@ _Parsed = tuple[Command | None, int] | None
 _BodyParser = Callable[["CommandParser", bytes, list[bytes], bytes, int], _Parsed]
 
 
-class CommandParser:
-    """Turns the bytes a client sends (after the magic) into ``Command`` values."""
+class CommandParser(MagicFirst):
+    """Turns the bytes a client sends into ``Command`` values (the magic first, when given)."""
 
     def __init__(self, max_msg_size: int, max_body_size: int, magic: bytes = b"") -> None:
-        # the protocol's magic, checked before anything else when given
-        self._magic = Magic(magic) if magic else None
+        super().__init__(magic)
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
         # an unfinished command, and how many bytes it needs before parsing it again is worth it
@@ -96,19 +110,14 @@ class CommandParser:
         self._wait_until = 0
         # an MPUB whose messages are still arriving; the pending bytes then start at its next message
         self._partial_mpub: _PartialMpub | None = None
-        self._stopped = False
 
     def feed(self, data: bytes) -> list[Command]:
         if self._stopped:
             return []
         if self._magic is not None:
-            data, refused = after_magic(self._magic, data)
-            if refused is not None:
-                self._stopped = True
-                return [refused]
-            if not self._magic.complete:
-                return []
-            self._magic = None
+            data, instead = self._strip_magic(data)
+            if instead is not None:
+                return instead
         if self._pending:
             self._pending += data
             if len(self._pending) < self._pending_needs:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from .commands import MAX_LINE_LENGTH, Command, Magic, after_magic
+from .commands import MAX_LINE_LENGTH, Command, MagicFirst
 from .errors import FatalClientError
 
 MAGIC_V1 = b"  V1"
@@ -24,28 +24,24 @@ def encode_response(data: bytes) -> bytes:
     return _SIZE.pack(len(data)) + data
 
 
-class LookupCommandParser:
-    """Bytes in, ``Command`` values out; stops at the first command that carries an error."""
+class LookupCommandParser(MagicFirst):
+    """Bytes in (the magic first, when given), ``Command`` values out; stops at the first command that carries an
+    error."""
 
     def __init__(self, magic: bytes = b"") -> None:
-        self._magic = Magic(magic) if magic else None
+        super().__init__(magic)
         self._pending = bytearray()
         # how long the pending bytes must grow before parsing them again can finish a command: a body arriving in
         # small reads is then parsed once, not once per read
         self._needs = 0
-        self._stopped = False
 
     def feed(self, data: bytes) -> list[Command]:
         if self._stopped:
             return []
         if self._magic is not None:
-            data, refused = after_magic(self._magic, data)
-            if refused is not None:
-                self._stopped = True
-                return [refused]
-            if not self._magic.complete:
-                return []
-            self._magic = None
+            data, instead = self._strip_magic(data)
+            if instead is not None:
+                return instead
         self._pending += data
         if len(self._pending) < self._needs:
             return []
