@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up test typecheck unit browser bench clean wheels
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml shared/version.py
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

@@ -1,8 +1,22 @@
-"""The asyncio client library for NSQ (works with any nsqd, not only this project's)."""
+"""The asyncio client library for NSQ (works with any nsqd, not only this project's).
 
+``Producer`` publishes (one publish at a time, or a ``Pipeline`` of them), ``Consumer`` subscribes; both connect
+as a ``Config`` says. Everything they raise is an ``NSQError`` (see ``errors`` for the tree).
+"""
+
+from .config import Config, user_agent
 from .consumer import Consumer
-from .errors import ConnectionClosed, NSQError, NSQProtocolError
+from .errors import (
+    CommandTimeout,
+    ConnectError,
+    ConnectionClosed,
+    NSQError,
+    NSQProtocolError,
+    TransportError,
+)
 from .message import Message
+from .pipeline import Pipeline, Publish
 from .producer import Producer
 
-__all__ = ["ConnectionClosed", "Consumer", "Message", "NSQError", "NSQProtocolError", "Producer"]
+__all__ = ["CommandTimeout", "Config", "ConnectError", "ConnectionClosed", "Consumer", "Message", "NSQError",
+           "NSQProtocolError", "Pipeline", "Producer", "Publish", "TransportError", "user_agent"]

@@ -4,7 +4,14 @@ deflate, each confirmed by an ``OK``), AUTH when nsqd requires it, then commands
 nsqd answers the commands that have answers (IDENTIFY, SUB, PUB, MPUB, DPUB, CLS) in the order they were sent,
 so replies are matched to a FIFO of futures and commands can be pipelined. Heartbeats are answered with NOP here;
 message frames go to ``on_message``. Writes made in one turn of the event loop leave in one ``write``, so a
-consumer's FINs and a producer's pipelined publishes cost one system call per turn instead of one each.
+consumer's FINs and a producer's pipelined publishes cost one system call per turn instead of one each; past
+``WRITE_AT_ONCE`` bytes they leave at once, so that a publisher that does not yield (its window has room) keeps nsqd
+busy while it encodes what comes next.
+
+This is the library's boundary with the network: what the socket, TLS or the clock raise (OSError, ssl.SSLError,
+TimeoutError, a JSON answer that does not parse) leaves as the library's own errors (``errors``), with the original
+as ``__cause__``. ``open`` raises ConnectError, or NSQProtocolError when nsqd refused IDENTIFY or AUTH; a command's
+future ends with its answer, NSQProtocolError, ConnectionClosed or CommandTimeout.
 """
 
 from __future__ import annotations
@@ -12,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
 from collections import deque
 from typing import Any, Callable
 
@@ -27,12 +33,14 @@ from shared.protocol.frames import (
     decode_message,
 )
 
-from .errors import ConnectionClosed, NSQError, NSQProtocolError
+from .config import Config
+from .errors import CommandTimeout, ConnectError, ConnectionClosed, NSQProtocolError
 
 log = logging.getLogger("nsq.client")
 
 # the only errors after which nsqd keeps the connection
 NON_FATAL = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")
+WRITE_AT_ONCE = 64 * 1024
 
 
 class Connection(asyncio.Protocol):
@@ -47,6 +55,7 @@ class Connection(asyncio.Protocol):
         self._failed = False
         self._loop = asyncio.get_running_loop()
         self._output: list[bytes] = []
+        self._output_size = 0
         self.last_received = self._loop.time()
         # while IDENTIFY's upgrades are under way, frames are taken one at a time: the bytes after an upgrade's
         # reply may already be compressed
@@ -57,34 +66,43 @@ class Connection(asyncio.Protocol):
         self._compression_ok: asyncio.Future[bytes] | None = None
         # what nsqd answered AUTH with (identity, identity_url, permission_count)
         self.auth: dict[str, Any] = {}
+        self._lost_reason: str | None = None  # why this end dropped the connection, for the commands it fails
 
     @classmethod
-    async def open(cls, host: str, port: int, identify: dict[str, Any], timeout: float = 5.0,
-                   on_message: Callable[[Message], None] | None = None, tls: ssl.SSLContext | None = None,
-                   auth_secret: str | None = None) -> Connection:
-        """Connected and identified; ``identify`` may ask for ``snappy`` or ``deflate`` (``deflate_level``), ``tls``
-        upgrades to TLS with that context, ``auth_secret`` answers an nsqd that requires AUTH."""
+    async def open(cls, host: str, port: int, config: Config,
+                   on_message: Callable[[Message], None] | None = None) -> Connection:
+        """Connected and identified as ``config`` says, within its ``connect_timeout``: upgraded to TLS and
+        compression if it asks for them and nsqd agrees, authenticated if nsqd requires it."""
         loop = asyncio.get_running_loop()
-        _, connection = await asyncio.wait_for(
-            loop.create_connection(lambda: cls(on_message), host, port), timeout)
+        timeout = config.connect_timeout
         try:
-            await asyncio.wait_for(connection._handshake(identify, tls, host, auth_secret), timeout)
-        except BaseException:
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: cls(on_message), host, port), timeout)
+        except TimeoutError as error:
+            raise ConnectError(f"no connection within {timeout:g} s") from error
+        except OSError as error:
+            raise ConnectError(str(error) or type(error).__name__) from error
+        try:
+            await asyncio.wait_for(connection._handshake(config, host), timeout)
+        except BaseException as error:
             connection.close()
+            if isinstance(error, TimeoutError):
+                raise ConnectError(f"no answer to IDENTIFY within {timeout:g} s") from error
+            if isinstance(error, (OSError, ValueError, ConnectionClosed)):
+                raise ConnectError(f"identifying: {str(error) or type(error).__name__}") from error
             raise
         return connection
 
-    async def _handshake(self, identify: dict[str, Any], tls: ssl.SSLContext | None, host: str,
-                         auth_secret: str | None) -> None:
+    async def _handshake(self, config: Config, host: str) -> None:
         assert self.transport is not None
         self.transport.write(MAGIC_V2)
-        body = json.dumps({"feature_negotiation": True, **identify, "tls_v1": tls is not None}).encode()
+        body = json.dumps(config.identify()).encode()
         self._upgrading = True
-        reply = await self._command_then(b"IDENTIFY\n" + len(body).to_bytes(4, "big") + body, self._identified)
+        reply = await self._command_then(b"IDENTIFY\n" + _sized(body), self._identified)
         if self.server_settings.get("tls_v1"):
-            assert tls is not None
+            assert config.tls is not None
             tls_ok = self._expect_reply(self._start_compression)
-            transport = await self._loop.start_tls(self.transport, self, tls, server_hostname=host)
+            transport = await self._loop.start_tls(self.transport, self, config.tls, server_hostname=host)
             if transport is None:
                 raise ConnectionClosed("connection closed during the TLS handshake")
             self.transport = transport
@@ -93,9 +111,9 @@ class Connection(asyncio.Protocol):
             await self._compression_ok
         self._upgrading = False
         if reply != b"OK" and self.server_settings.get("auth_required"):
-            if auth_secret is None:
-                raise NSQError("nsqd requires AUTH: give an auth secret")
-            self.auth = json.loads(await self.command(b"AUTH\n" + _sized(auth_secret.encode())))
+            if config.auth_secret is None:
+                raise ConnectError("nsqd requires AUTH: give an auth secret")
+            self.auth = json.loads(await self.command(b"AUTH\n" + _sized(config.auth_secret.encode())))
 
     def _identified(self, reply: bytes) -> None:
         if reply != b"OK":
@@ -131,15 +149,25 @@ class Connection(asyncio.Protocol):
     def closed(self) -> bool:
         return self._failed or self._closed.done()
 
-    def command(self, data: bytes) -> asyncio.Future[bytes]:
-        """Sends a command that nsqd answers; the future gets the answer, NSQProtocolError or ConnectionClosed."""
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+    def command(self, data: bytes, timeout: float | None = None) -> asyncio.Future[bytes]:
+        """Sends a command that nsqd answers; the future gets the answer, NSQProtocolError, ConnectionClosed, or
+        CommandTimeout when no answer came within ``timeout`` seconds (which closes the connection: what nsqd
+        did with the command is unknown, and so is what it did with the commands sent after it)."""
+        future: asyncio.Future[bytes] = self._loop.create_future()
         if self.transport is None or self.closed:
             future.set_exception(ConnectionClosed("not connected"))
             return future
         self._waiting.append(future)
         self._write(data)
+        if timeout is not None:
+            timer = self._loop.call_later(timeout, self._timed_out, future, timeout)
+            future.add_done_callback(lambda _: timer.cancel())
         return future
+
+    def _timed_out(self, future: asyncio.Future[bytes], timeout: float) -> None:
+        if not future.done():
+            future.set_exception(CommandTimeout(f"no answer within {timeout:g} s"))
+            self._fail(f"closed after a command got no answer within {timeout:g} s")
 
     def send(self, data: bytes) -> None:
         """Sends a command nsqd does not answer (RDY, FIN, REQ, TOUCH, NOP)."""
@@ -150,17 +178,29 @@ class Connection(asyncio.Protocol):
         if not self._output:
             self._loop.call_soon(self._flush)
         self._output.append(data)
+        self._output_size += len(data)
+        if self._output_size >= WRITE_AT_ONCE:
+            self._flush()
 
     def _flush(self) -> None:
         if self._output and self.transport is not None and not self.transport.is_closing():
             data = b"".join(self._output)
             self.transport.write(data if self._codec is None else self._codec.compress(data))
         self._output.clear()
+        self._output_size = 0
 
     def close(self) -> None:
+        if self._lost_reason is None:
+            self._lost_reason = "connection closed"
         if self.transport is not None:
             self._flush()
             self.transport.close()
+
+    def _fail(self, reason: str) -> None:
+        """Nothing more may be sent; the commands still waiting end with ConnectionClosed(reason)."""
+        self._failed = True
+        self._lost_reason = reason
+        self.close()
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
@@ -171,6 +211,13 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        try:
+            self._receive(data)
+        except ValueError as error:  # a corrupt compressed stream, or a message frame too short to be one
+            log.error("nsqd sent what cannot be read, closing: %s", error)
+            self._fail(f"nsqd sent what cannot be read: {error}")
+
+    def _receive(self, data: bytes) -> None:
         self.last_received = self._loop.time()
         if self._codec is not None:
             data = b"".join(self._codec.decompress(data))
@@ -194,9 +241,9 @@ class Connection(asyncio.Protocol):
         elif payload == HEARTBEAT and frame_type != FRAME_TYPE_ERROR:
             self.send(b"NOP\n")
         elif frame_type == FRAME_TYPE_ERROR and not payload.startswith(NON_FATAL):
-            self._failed = True
-            self._answer(NSQProtocolError.from_frame(payload))
-            self.close()
+            error = NSQProtocolError.from_frame(payload)
+            self._answer(error)
+            self._fail(f"nsqd closed the connection after {error.code}")
         elif self._waiting:
             future = self._waiting.popleft()
             hook = self._reply_hooks.pop(future, None) if self._reply_hooks else None
@@ -204,9 +251,13 @@ class Connection(asyncio.Protocol):
                 if frame_type == FRAME_TYPE_ERROR:
                     future.set_exception(NSQProtocolError.from_frame(payload))
                 else:
-                    future.set_result(payload)
                     if hook is not None:
-                        hook(payload)
+                        try:
+                            hook(payload)
+                        except ValueError as error:  # an answer that does not parse: open() fails with it
+                            future.set_exception(error)
+                            raise
+                    future.set_result(payload)
         elif frame_type == FRAME_TYPE_ERROR:
             log.error("nsqd error with no command waiting: %s", payload.decode("utf-8", "replace"))
 
@@ -219,10 +270,11 @@ class Connection(asyncio.Protocol):
             log.error("nsqd error with no command waiting: %s", error)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        reason = self._lost_reason or (str(exc) if exc else "connection closed by nsqd")
         while self._waiting:
             future = self._waiting.popleft()
             if not future.done():
-                future.set_exception(ConnectionClosed(str(exc) if exc else "connection closed by nsqd"))
+                future.set_exception(ConnectionClosed(reason))
         if not self._closed.done():
             self._closed.set_result(None)
 

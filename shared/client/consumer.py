@@ -20,8 +20,6 @@ import asyncio
 import inspect
 import logging
 import random
-import socket
-import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -31,9 +29,9 @@ from shared.log_format import describe
 from shared.names import is_valid_name
 from shared.protocol.frames import CLOSE_WAIT, encode_command
 from shared.protocol.frames import Message as Frame
-from shared.version import VERSION
 
 from .backoff import Action, Backoff
+from .config import Config, configure
 from .connection import Connection
 from .errors import NSQError
 from .message import Message
@@ -101,12 +99,10 @@ class Consumer:
                  max_requeue_delay: float = 900.0, backoff_multiplier: float = 1.0,
                  max_backoff_duration: float = 120.0, lookupd_poll_interval: float = 60.0,
                  lookupd_poll_jitter: float = 0.3, rdy_redistribute_interval: float = 5.0,
-                 connect_timeout: float = 1.0, user_agent: str = f"nsq-py/{VERSION}",
-                 tls: ssl.SSLContext | None = None, auth_secret: str | None = None, **identify: Any) -> None:
+                 config: Config | None = None, **settings: Any) -> None:
         """Durations are in seconds. ``max_attempts`` 0 means no limit; a message delivered more often goes to
-        ``on_give_up`` and is then finished. ``identify``: more IDENTIFY fields (``heartbeat_interval`` in ms,
-        ``msg_timeout``, ``sample_rate``, ``client_id``, ``snappy=True``, ``deflate=True``...). ``tls`` upgrades
-        every connection to TLS with that context; ``auth_secret`` answers an nsqd that requires AUTH."""
+        ``on_give_up`` and is then finished. ``config`` says how to connect and identify (``Config``);
+        ``settings``, fields of ``Config``, override it (``msg_timeout=...``, ``tls=context``, ``snappy=True``...)."""
         if not is_valid_name(topic) or not is_valid_name(channel):
             raise ValueError(f"invalid topic/channel name {topic!r}/{channel!r}")
         self.nsqd_tcp_addresses = list(nsqd_tcp_addresses)
@@ -119,10 +115,8 @@ class Consumer:
         self.max_in_flight, self.concurrency, self.max_attempts = max_in_flight, concurrency, max_attempts
         self.requeue_delay, self.max_requeue_delay = requeue_delay, max_requeue_delay
         self.lookupd_poll_interval, self.lookupd_poll_jitter = lookupd_poll_interval, lookupd_poll_jitter
-        self.rdy_redistribute_interval, self.connect_timeout = rdy_redistribute_interval, connect_timeout
-        self.identify = {"client_id": socket.gethostname().split(".")[0], "hostname": socket.gethostname(),
-                         "user_agent": user_agent, **identify}
-        self.tls, self.auth_secret = tls, auth_secret
+        self.rdy_redistribute_interval = rdy_redistribute_interval
+        self.config = configure(config, settings)
         self._handler, self._on_give_up = handler, on_give_up
         self._backoff = Backoff(backoff_multiplier, max_backoff_duration)
         self._connections: dict[str, ConsumerConnection] = {}
@@ -310,8 +304,8 @@ class Consumer:
                 self._rebalance()
 
     def _drop_silent_connections(self) -> None:
-        heartbeat = self.identify.get("heartbeat_interval", 30_000)
-        if heartbeat is None or heartbeat <= 0:
+        heartbeat = self.config.heartbeat_interval or 30_000  # nsqd's default
+        if heartbeat <= 0:
             return
         deadline = asyncio.get_running_loop().time() - 2 * heartbeat / 1000
         for conn in self._connections.values():
@@ -344,7 +338,7 @@ class Consumer:
                 await conn.connection.wait_closed()
                 if not self._stopping:
                     log.warning("nsqd %s: connection closed", address)
-            except (OSError, TimeoutError, NSQError) as error:
+            except NSQError as error:
                 log.error("nsqd %s: %s", address, describe(error))
             finally:
                 await self._disconnect(conn)
@@ -355,12 +349,11 @@ class Consumer:
 
     async def _connect(self, conn: ConsumerConnection) -> None:
         host, port = split_host_port(conn.address)
-        conn.connection = await Connection.open(host, port, self.identify, self.connect_timeout, conn.received,
-                                                tls=self.tls, auth_secret=self.auth_secret)
+        conn.connection = await Connection.open(host, port, self.config, conn.received)
         settings = conn.connection.server_settings
         conn.max_rdy_count = int(settings.get("max_rdy_count", DEFAULT_MAX_RDY_COUNT))
-        await asyncio.wait_for(conn.connection.command(
-            encode_command(b"SUB", self.topic.encode(), self.channel.encode())), self.connect_timeout)
+        await conn.connection.command(encode_command(b"SUB", self.topic.encode(), self.channel.encode()),
+                                      self.config.connect_timeout)
         log.info("nsqd %s: subscribed to %s/%s", conn.address, self.topic, self.channel)
         self._connections[conn.address] = conn
         self._rebalance()
@@ -382,7 +375,8 @@ class Consumer:
         conn.set_rdy(0)
         try:
             assert conn.connection is not None
-            reply = await asyncio.wait_for(conn.connection.command(b"CLS\n"), self.connect_timeout)
+            # no CommandTimeout here: it would close the connection, which must stay for the responses
+            reply = await asyncio.wait_for(conn.connection.command(b"CLS\n"), self.config.connect_timeout)
             if reply != CLOSE_WAIT:
                 log.warning("nsqd %s answered CLS with %r", conn.address, reply)
         except (TimeoutError, NSQError) as error:
@@ -395,7 +389,7 @@ class Consumer:
 
         from .lookupd import lookup_topic
 
-        timeout = ClientTimeout(total=max(self.connect_timeout * 5, 5.0))
+        timeout = ClientTimeout(total=max(self.config.connect_timeout * 5, 5.0))
         async with ClientSession(timeout=timeout) as session:
             while True:
                 answers = await asyncio.gather(*(lookup_topic(session, address, self.topic)

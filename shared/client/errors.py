@@ -1,4 +1,16 @@
-"""Errors of the client library: what an nsqd answered, or why there was no answer."""
+"""Errors of the client library: what an nsqd answered, or why there was no answer.
+
+    NSQError                    every error the library raises (no other leaves Producer or Consumer)
+    ├── NSQProtocolError        nsqd answered with an error frame; ``code`` is NSQ's (E_BAD_TOPIC...)
+    └── TransportError          no answer: the connection could not be opened, or was lost, or went silent
+        ├── ConnectError        connecting, the TLS handshake or IDENTIFY/AUTH did not complete (refused,
+        │                       unreachable, timed out, closed by nsqd)
+        ├── ConnectionClosed    the connection ended before the command was answered
+        └── CommandTimeout      no answer within the command's timeout; the connection is then closed
+
+After a TransportError a command that was under way may or may not have taken effect: publishing it again gives
+at-least-once delivery. The socket-level error (OSError, TimeoutError, ssl.SSLError) is the ``__cause__``.
+"""
 
 from __future__ import annotations
 
@@ -21,5 +33,17 @@ class NSQProtocolError(NSQError):
         return cls(code, description)
 
 
-class ConnectionClosed(NSQError):
+class TransportError(NSQError):
+    """No answer from nsqd; a command that was under way may or may not have taken effect."""
+
+
+class ConnectError(TransportError):
+    """The connection could not be opened and identified."""
+
+
+class ConnectionClosed(TransportError):
     """The connection ended before the command was answered; the command may or may not have taken effect."""
+
+
+class CommandTimeout(TransportError):
+    """nsqd did not answer in time; the connection was closed, failing the commands after it too."""

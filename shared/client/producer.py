@@ -7,7 +7,11 @@
 
 Commands are pipelined: concurrent publishes share the connection and each awaits its own answer (nsqd answers in
 order). A lost connection is reopened by the next publish; a publish that was under way when it was lost raises
-ConnectionClosed (it may or may not have been taken: publishing again gives at-least-once).
+ConnectionClosed (it may or may not have been taken: publishing again gives at-least-once). Every failure is an
+NSQError (see ``errors``).
+
+One task publishing a stream uses a ``pipeline`` instead: it writes each publish without waiting for its answer,
+up to a window of unanswered ones (see ``pipeline``).
 
 Without an nsqd address, ``lookupd_http_addresses`` find one: the producer connects to a node registered with
 the lookupds (``/nodes``), tried in random order, and looks again whenever it has to reconnect.
@@ -18,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import socket
-import ssl
 from types import TracebackType
 from typing import Any, Iterable
 
@@ -27,28 +29,27 @@ from shared.addresses import split_host_port
 from shared.log_format import describe
 from shared.protocol.frames import encode_command, encode_mpub
 
+from .config import Config, configure
 from .connection import Connection
-from .errors import NSQError
+from .errors import ConnectError, NSQError
 from .lookupd import lookup_nodes
+from .pipeline import WINDOW, Pipeline
 
 log = logging.getLogger("nsq.client")
 
 
 class Producer:
     def __init__(self, nsqd_tcp_address: str | None = None, *, lookupd_http_addresses: Iterable[str] = (),
-                 user_agent: str = "nsq-py/1.3.0", connect_timeout: float = 5.0, tls: ssl.SSLContext | None = None,
-                 auth_secret: str | None = None, **identify: Any) -> None:
-        """``identify``: IDENTIFY fields (``client_id``, ``heartbeat_interval`` in ms, ``snappy=True``,
-        ``deflate=True`` with ``deflate_level``, ...); ``tls`` upgrades every connection to TLS with that context;
-        ``auth_secret`` answers an nsqd that requires AUTH."""
+                 config: Config | None = None, **settings: Any) -> None:
+        """``config`` says how to connect and identify (``Config``); ``settings``, fields of ``Config``, override
+        it (``client_id="...", tls=context, snappy=True, auth_secret="..."``)."""
         self.lookupd_http_addresses = list(lookupd_http_addresses)
         if nsqd_tcp_address is None and not self.lookupd_http_addresses:
             raise ValueError("give an nsqd TCP address or lookupd_http_addresses")
+        if nsqd_tcp_address is not None:
+            split_host_port(nsqd_tcp_address)  # a malformed address fails here, not at the first publish
         self.address = nsqd_tcp_address
-        self._identify = {"client_id": socket.gethostname(), "hostname": socket.gethostname(),
-                          "user_agent": user_agent, **identify}
-        self._connect_timeout = connect_timeout
-        self._tls, self._auth_secret = tls, auth_secret
+        self.config = configure(config, settings)
         self._connection: Connection | None = None
         self._connecting: asyncio.Lock = asyncio.Lock()
 
@@ -61,6 +62,7 @@ class Producer:
         await self.close()
 
     async def connect(self) -> Connection:
+        """The open connection, or a new one (ConnectError, or NSQProtocolError if nsqd refused IDENTIFY or AUTH)."""
         async with self._connecting:
             if self._connection is None or self._connection.closed:
                 self._connection = await self._open()
@@ -74,22 +76,21 @@ class Producer:
         for address in candidates:
             try:
                 connection = await self._open_to(address)
-            except (OSError, TimeoutError, NSQError) as error:
+            except NSQError as error:
                 log.warning("nsqd %s: %s", address, describe(error))
                 continue
             self.address = address
             return connection
-        raise NSQError(f"no nsqd reachable (lookupd knows {len(candidates)})")
+        raise ConnectError(f"no nsqd reachable (lookupd knows {len(candidates)})")
 
     async def _open_to(self, address: str) -> Connection:
         host, port = split_host_port(address)
-        return await Connection.open(host, port, self._identify, self._connect_timeout, tls=self._tls,
-                                     auth_secret=self._auth_secret)
+        return await Connection.open(host, port, self.config)
 
     async def _discover(self) -> list[str]:
         from aiohttp import ClientSession, ClientTimeout
 
-        async with ClientSession(timeout=ClientTimeout(total=self._connect_timeout)) as session:
+        async with ClientSession(timeout=ClientTimeout(total=self.config.connect_timeout)) as session:
             answers = await asyncio.gather(*(lookup_nodes(session, address) for address in self.lookupd_http_addresses))
         nodes = list({node for answer in answers if answer for node in answer})
         random.shuffle(nodes)
@@ -105,6 +106,11 @@ class Producer:
     async def deferred_publish(self, topic: str, body: bytes, delay: float) -> None:
         """Delivered no sooner than ``delay`` seconds from now."""
         await self._command(encode_command(b"DPUB", topic.encode(), str(round(delay * 1000)).encode(), body=body))
+
+    def pipeline(self, window: int = WINDOW, timeout: float | None = None) -> Pipeline:
+        """Publishes that do not wait for their answers: at most ``window`` unanswered, each failing with
+        CommandTimeout if not answered within ``timeout`` seconds (see ``pipeline``)."""
+        return Pipeline(self, window, timeout)
 
     async def close(self) -> None:
         if self._connection is not None:

@@ -1,0 +1,77 @@
+"""``Config``: how a client connects to nsqd and what it tells nsqd about itself, shared by ``Producer`` and
+``Consumer`` (go-nsq's ``Config`` holds the same for both).
+
+Fields named after IDENTIFY's take its units (milliseconds); ``None`` leaves the value to nsqd, and IDENTIFY
+then does not carry it. ``Producer`` and ``Consumer`` take a ``config`` and, as keyword arguments, any of its
+fields, which override the config's: ``Producer(address, heartbeat_interval=5000)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.version import VERSION
+
+LIBRARY = f"nsq-py/{VERSION}"
+
+
+def user_agent(program: str | None = None) -> str:
+    """What a client says it is: ``nsq-py/<version>``, after ``<program>/<version>`` for a tool."""
+    return LIBRARY if program is None else f"{program}/{VERSION} {LIBRARY}"
+
+
+def _short_hostname() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+@dataclass(frozen=True)
+class Config:
+    # what IDENTIFY says
+    client_id: str = field(default_factory=_short_hostname)
+    hostname: str = field(default_factory=socket.gethostname)
+    user_agent: str = LIBRARY
+    heartbeat_interval: int | None = None  # ms; nsqd's default is 30 s, -1 turns heartbeats off
+    msg_timeout: int | None = None  # ms, for the messages nsqd sends this client
+    sample_rate: int | None = None  # percent of the channel's messages this client receives
+    output_buffer_size: int | None = None  # bytes
+    output_buffer_timeout: int | None = None  # ms
+    # the upgrades IDENTIFY negotiates: TLS with this context, then snappy or deflate
+    tls: ssl.SSLContext | None = None
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int | None = None
+    # answers an nsqd that requires AUTH
+    auth_secret: str | None = None
+    # seconds to connect and identify (TLS and AUTH included); a consumer's SUB and CLS wait as long for nsqd
+    connect_timeout: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.snappy and self.deflate:
+            raise ValueError("snappy and deflate cannot both be on")
+        if self.connect_timeout <= 0:
+            raise ValueError("connect_timeout must be positive")
+
+    def identify(self) -> dict[str, Any]:
+        """The IDENTIFY body."""
+        body: dict[str, Any] = {"feature_negotiation": True, "client_id": self.client_id, "hostname": self.hostname,
+                                "user_agent": self.user_agent, "tls_v1": self.tls is not None}
+        for name in ("heartbeat_interval", "msg_timeout", "sample_rate", "output_buffer_size",
+                     "output_buffer_timeout", "deflate_level"):
+            if (value := getattr(self, name)) is not None:
+                body[name] = value
+        if self.snappy:
+            body["snappy"] = True
+        if self.deflate:
+            body["deflate"] = True
+        return body
+
+
+def configure(config: Config | None, settings: dict[str, Any]) -> Config:
+    """What a Producer or Consumer runs with: ``config`` (or the defaults) with the keyword ``settings`` over it;
+    TypeError names a setting that is not a field."""
+    config = config or Config()
+    return dataclasses.replace(config, **settings) if settings else config

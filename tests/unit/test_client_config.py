@@ -1,0 +1,82 @@
+"""The client library's Config: one set of connection settings for Producer and Consumer, and the IDENTIFY body it
+makes; the version the library reports, defined once."""
+
+from __future__ import annotations
+
+import ssl
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from shared.client import Config, Consumer, Producer, user_agent
+from shared.client.config import configure
+from shared.version import VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_identify_carries_only_what_is_set() -> None:
+    body = Config(client_id="worker-1", hostname="host.example").identify()
+    assert body == {"feature_negotiation": True, "client_id": "worker-1", "hostname": "host.example",
+                    "user_agent": f"nsq-py/{VERSION}", "tls_v1": False}
+    body = Config(heartbeat_interval=5000, msg_timeout=60_000, sample_rate=10, deflate=True, deflate_level=3,
+                  tls=ssl.create_default_context()).identify()
+    assert {key: body[key] for key in ("heartbeat_interval", "msg_timeout", "sample_rate", "deflate",
+                                       "deflate_level", "tls_v1")} == {
+        "heartbeat_interval": 5000, "msg_timeout": 60_000, "sample_rate": 10, "deflate": True, "deflate_level": 3,
+        "tls_v1": True}
+    assert "snappy" not in body and "output_buffer_size" not in body
+
+
+def test_the_client_id_is_the_short_hostname_as_go_nsq_sends_it() -> None:
+    config = Config()
+    assert config.client_id == config.hostname.split(".")[0]
+
+
+def test_keyword_settings_override_the_config() -> None:
+    base = Config(user_agent="app/2.0", connect_timeout=3.0)
+    assert configure(base, {"connect_timeout": 0.5}) == Config(user_agent="app/2.0", connect_timeout=0.5,
+                                                               client_id=base.client_id, hostname=base.hostname)
+    assert configure(base, {}) is base
+    with pytest.raises(TypeError, match="no_such_setting"):
+        configure(None, {"no_such_setting": 1})
+
+
+def test_producer_and_consumer_take_the_same_config() -> None:
+    config = Config(user_agent="app/2.0", snappy=True, auth_secret="s3cret")
+    producer = Producer("127.0.0.1:4150", config=config)
+    consumer = Consumer("t", "c", _ignore, nsqd_tcp_addresses=["127.0.0.1:4150"], config=config, msg_timeout=5000)
+    assert producer.config == config
+    assert consumer.config.identify() == {**config.identify(), "msg_timeout": 5000}
+    assert Producer("127.0.0.1:4150").config.user_agent == Consumer(
+        "t", "c", _ignore, nsqd_tcp_addresses=["127.0.0.1:4150"]).config.user_agent == user_agent()
+
+
+async def _ignore(_: object) -> None:
+    pass
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"snappy": True, "deflate": True}, "snappy and deflate cannot both be on"),
+    ({"connect_timeout": 0}, "connect_timeout must be positive"),
+])
+def test_settings_that_cannot_work_are_refused(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Config(**settings)  # type: ignore[arg-type]
+
+
+def test_a_malformed_nsqd_address_is_refused_at_once() -> None:
+    with pytest.raises(ValueError, match="missing port"):
+        Producer("127.0.0.1")
+
+
+def test_user_agents() -> None:
+    assert user_agent() == f"nsq-py/{VERSION}"
+    assert user_agent("to_nsq") == f"to_nsq/{VERSION} nsq-py/{VERSION}"
+
+
+def test_the_package_takes_its_version_from_shared_version() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "shared.version.VERSION"}
