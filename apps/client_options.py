@@ -1,7 +1,8 @@
 """The tools' client side: where a consumer reads from (``--nsqd-tcp-address`` or ``--lookupd-http-address``);
 ``--producer-opt`` and ``--consumer-opt``, go-nsq Config options given as ``key,value`` as NSQ's tools take them,
-turned into keyword arguments of ``Producer`` and ``Consumer`` (options this client cannot honour are refused with
-the list of those it can, rather than ignored); and running a tool's consumers until it is told to stop."""
+turned into keyword arguments of ``Producer`` and ``Consumer`` (fields of the client library's ``Config``, and the
+consumer's own settings; options this client cannot honour are refused with the list of those it can, rather than
+ignored); and running a tool's consumers until it is told to stop."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ def _milliseconds(value: str) -> int:
     return round(parse_duration(value) * 1000)
 
 
-# go-nsq name -> (keyword argument, conversion)
-_IDENTIFY: dict[str, tuple[str, Callable[[str], Any]]] = {
+# go-nsq name -> (field of shared.client.Config, conversion)
+_CONFIG: dict[str, tuple[str, Callable[[str], Any]]] = {
     "client_id": ("client_id", str),
     "hostname": ("hostname", str),
     "user_agent": ("user_agent", str),
@@ -28,7 +29,7 @@ _IDENTIFY: dict[str, tuple[str, Callable[[str], Any]]] = {
     "dial_timeout": ("connect_timeout", parse_duration),
 }
 _CONSUMER: dict[str, tuple[str, Callable[[str], Any]]] = {
-    **_IDENTIFY,
+    **_CONFIG,
     "sample_rate": ("sample_rate", int),
     "max_in_flight": ("max_in_flight", int),
     "max_attempts": ("max_attempts", int),
@@ -66,7 +67,7 @@ def check_tcp_addresses(flag: str, addresses: list[str]) -> None:
 
 def producer_settings(items: list[str]) -> dict[str, Any]:
     """``Producer`` keyword arguments from ``--producer-opt`` items; FlagError names the flag as Go's would."""
-    return _settings(items, _IDENTIFY, "producer-opt")
+    return _settings(items, _CONFIG, "producer-opt")
 
 
 def consumer_settings(items: list[str]) -> dict[str, Any]:

@@ -28,18 +28,18 @@ import sys
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from shared.client import Consumer, Message
+from shared.client import Consumer, Message, user_agent
 from shared.client.consumer import Handler
 from shared.flags import FlagError, option
 from shared.names import is_valid_channel_name, is_valid_topic_name
 from shared.program import ProgramOptions, run_tool
-from shared.version import VERSION, version_line
+from shared.version import version_line
 
 from .client_options import check_sources, consumer_settings, run_consumers
 
 log = logging.getLogger("nsq_tail")
 
-USER_AGENT = f"nsq_tail/{VERSION} nsq-py/{VERSION}"
+USER_AGENT = user_agent("nsq_tail")
 
 
 @dataclass

@@ -24,7 +24,7 @@ from urllib.parse import quote_plus, urlsplit
 import aiohttp
 from yarl import URL
 
-from shared.client import Message
+from shared.client import Message, user_agent
 from shared.flags import FlagError, option, require_positive
 from shared.names import is_valid_topic_name
 from shared.program import run_tool
@@ -36,7 +36,7 @@ from .relay import Relay, RelayOptions
 
 log = logging.getLogger("nsq_to_http")
 
-USER_AGENT = f"nsq_to_http/{VERSION} nsq-py/{VERSION}"
+USER_AGENT = user_agent("nsq_to_http")
 HTTP_USER_AGENT = f"nsq_to_http v{VERSION}"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 

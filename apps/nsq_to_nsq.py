@@ -24,12 +24,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from shared.client import Message, Producer
+from shared.client import Message, Producer, user_agent
 from shared.client.consumer import Handler
 from shared.flags import FlagError, option
 from shared.names import is_valid_topic_name
 from shared.program import run_tool
-from shared.version import VERSION, version_line
+from shared.version import version_line
 
 from .client_options import check_tcp_addresses, producer_settings, run_consumers
 from .destinations import Destinations
@@ -37,7 +37,7 @@ from .relay import Relay, RelayOptions
 
 log = logging.getLogger("nsq_to_nsq")
 
-USER_AGENT = f"nsq_to_nsq/{VERSION} nsq-py/{VERSION}"
+USER_AGENT = user_agent("nsq_to_nsq")
 
 
 @dataclass

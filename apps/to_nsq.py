@@ -8,9 +8,9 @@ and exits 0; an nsqd that cannot be reached, or answers a PUB with an error, end
 Invariants that keep big inputs fast and memory bounded:
 
 - stdin is read in chunks on a thread (``StdinReader``), at most ``READ_AHEAD`` chunks ahead of the publisher;
-- PUBs are pipelined (``Publisher``): each is written without waiting for the answer to the one before, at most
-  ``WINDOW`` are unanswered at a time. nsqd answers a connection's commands in order, so the unanswered PUBs are a
-  FIFO of futures and waiting for the oldest is all the flow control needed (no task per message).
+- PUBs are pipelined (the client library's ``Pipeline``, one per nsqd): each is written without waiting for the
+  answer to the one before, at most ``WINDOW`` per nsqd are unanswered at a time, and waiting for the oldest answer
+  is all the flow control there is (no task per message).
 """
 
 from __future__ import annotations
@@ -19,26 +19,24 @@ import asyncio
 import logging
 import os
 import threading
-from collections import deque
 from dataclasses import dataclass
 
-from shared.client import NSQError, Producer
-from shared.client.connection import Connection
+from shared.client import ConnectError, NSQError, Pipeline, Producer, user_agent
 from shared.flags import FlagError, option
+from shared.log_format import describe
 from shared.names import is_valid_topic_name
 from shared.program import ProgramOptions, run_tool
-from shared.protocol.frames import encode_command
-from shared.version import VERSION, version_line
+from shared.version import version_line
 
 from .client_options import check_tcp_addresses, producer_settings
 
 log = logging.getLogger("to_nsq")
 
-USER_AGENT = f"to_nsq/{VERSION} nsq-py/{VERSION}"
+USER_AGENT = user_agent("to_nsq")
 STDIN = 0
 CHUNK_SIZE = 256 * 1024
 READ_AHEAD = 4  # chunks read but not yet split
-WINDOW = 512  # PUBs written but not yet answered, over all nsqd
+WINDOW = 512  # PUBs written but not yet answered, per nsqd
 
 
 @dataclass
@@ -157,84 +155,44 @@ class StdinReader:
         return True
 
 
-class Publisher:
-    """Publishes each record to every nsqd, pipelined (see the module docstring)."""
-
-    def __init__(self, producers: list[Producer], topic: str, window: int = WINDOW) -> None:
-        self._producers = producers
-        self._topic = topic.encode()
-        self._window = window
-        self._unanswered: deque[tuple[str | None, asyncio.Future[bytes]]] = deque()
-
-    async def connect(self) -> None:
-        """Connects up front (go-nsq would at the first PUB) so that a wrong address fails before stdin is read."""
-        for producer in self._producers:
-            await _connection(producer)
-
-    async def publish(self, body: bytes) -> None:
-        """Sends ``body``; raises DeliveryError for this or an earlier PUB that nsqd refused or did not answer."""
-        command = encode_command(b"PUB", self._topic, body=body)
-        for producer in self._producers:
-            connection = await _connection(producer)  # the one open, or a new one if it was lost while idle
-            self._unanswered.append((producer.address, connection.command(command)))
-        while len(self._unanswered) > self._window:
-            await self._answer()
-
-    async def flush(self) -> None:
-        """Waits until every PUB is answered; raises DeliveryError as ``publish`` does."""
-        while self._unanswered:
-            await self._answer()
-
-    def abandon(self) -> None:
-        """Forgets the unanswered PUBs (after an error: their connections are closing)."""
-        for _, future in self._unanswered:
-            if future.done() and not future.cancelled():
-                future.exception()  # retrieved: asyncio would log it otherwise
-            future.cancel()
-        self._unanswered.clear()
-
-    async def _answer(self) -> None:
-        address, future = self._unanswered.popleft()
-        try:
-            await future
-        except NSQError as error:
-            raise DeliveryError(f"failed to publish to nsqd {address} - {error}") from error
-
-
 class DeliveryError(Exception):
     """An nsqd that could not be reached, refused a PUB, or lost its connection with PUBs unanswered."""
 
-
-async def _connection(producer: Producer) -> Connection:
-    try:
-        return await producer.connect()
-    except (NSQError, OSError) as error:
-        reason = str(error) or type(error).__name__  # a timeout has no text
-        raise DeliveryError(f"failed to connect to nsqd {producer.address} - {reason}") from error
+    @classmethod
+    def of(cls, producer: Producer, error: NSQError) -> DeliveryError:
+        if isinstance(error, ConnectError):
+            return cls(f"failed to connect to nsqd {producer.address} - {describe(error)}")
+        return cls(f"failed to publish to nsqd {producer.address} - {describe(error)}")
 
 
 async def run(opts: Options, stopping: asyncio.Event) -> int:
     """The program: 0 when every record read was published to every nsqd, 1 otherwise."""
     settings = {"user_agent": USER_AGENT, **producer_settings(opts.producer_opt)}
     producers = [Producer(address, **settings) for address in opts.nsqd_tcp_address]
-    publisher = Publisher(producers, opts.topic)
+    pipelines = [producer.pipeline(WINDOW) for producer in producers]
     try:
-        await publisher.connect()
-        await _publish_stdin(opts, publisher, stopping)
+        # connected up front (go-nsq would at the first PUB) so that a wrong address fails before stdin is read
+        for producer in producers:
+            try:
+                await producer.connect()
+            except NSQError as error:
+                raise DeliveryError.of(producer, error) from error
+        await _publish_stdin(opts, pipelines, stopping)
     except DeliveryError as error:
         log.error("%s", error)
         return 1
-    except OSError as error:  # only reading stdin raises it: connecting and publishing raise DeliveryError
+    except OSError as error:  # only reading stdin raises it: the client library raises NSQError
         log.error("failed to read stdin - %s", error)
         return 1
     finally:
-        publisher.abandon()
+        for pipeline in pipelines:
+            pipeline.abandon()
         for producer in producers:
             await producer.close()
     return 0
 
 
-async def _publish_stdin(opts: Options, publisher: Publisher, stopping: asyncio.Event) -> None:
+async def _publish_stdin(opts: Options, pipelines: list[Pipeline], stopping: asyncio.Event) -> None:
     stdin = StdinReader(STDIN)
     watcher = asyncio.create_task(_stop_on(stopping, stdin))
     loop = asyncio.get_running_loop()
@@ -244,10 +202,14 @@ async def _publish_stdin(opts: Options, publisher: Publisher, stopping: asyncio.
     splitter = RecordSplitter(os.fsencode(opts.delimiter))
     try:
         while chunk := await stdin.read():
-            await _send(splitter.feed(chunk), publisher, throttle, stopping)
+            await _send(splitter.feed(chunk), opts.topic, pipelines, throttle, stopping)
         last = splitter.finish()
-        await _send([last] if last is not None else [], publisher, throttle, stopping)
-        await publisher.flush()
+        await _send([last] if last is not None else [], opts.topic, pipelines, throttle, stopping)
+        for pipeline in pipelines:
+            try:
+                await pipeline.flush()
+            except NSQError as error:
+                raise DeliveryError.of(pipeline.producer, error) from error
     finally:
         watcher.cancel()
         await asyncio.wait([watcher])  # its end, without raising its cancellation here
@@ -258,15 +220,20 @@ async def _stop_on(stopping: asyncio.Event, stdin: StdinReader) -> None:
     stdin.stop()
 
 
-async def _send(records: list[bytes], publisher: Publisher, throttle: Throttle | None,
+async def _send(records: list[bytes], topic: str, pipelines: list[Pipeline], throttle: Throttle | None,
                 stopping: asyncio.Event) -> None:
+    """Each record to every nsqd; raises DeliveryError for this or an earlier PUB that failed."""
     loop = asyncio.get_running_loop()
     for record in records:
         if stopping.is_set():
             return
         if throttle is not None:
             await asyncio.sleep(throttle.reserve(loop.time()))
-        await publisher.publish(record)
+        for pipeline in pipelines:
+            try:
+                await pipeline.publish(topic, record)
+            except NSQError as error:
+                raise DeliveryError.of(pipeline.producer, error) from error
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,12 +7,13 @@ the executors; sockets are only opened inside ``write``, which publishes one par
 
 - it finds the nsqd: ``nsqd_tcp_address`` and every node the ``lookupd_http_address`` lookupds list at ``/nodes``;
 - it groups the rows per topic into MPUB chunks of ``mpub_chunk`` messages, cut short before NSQ's default
-  ``--max-body-size`` (5 MiB), and keeps up to ``CHUNKS_IN_FLIGHT`` chunks under way (pipelined on one connection
-  per node);
+  ``--max-body-size`` (5 MiB), and keeps up to ``CHUNKS_IN_FLIGHT`` chunks under way on each node (the client
+  library's ``Pipeline``, on one connection per node);
 - chunks go round the nodes in turn, starting at a node that depends on the partition so that partitions spread
-  over the cluster. A chunk a node does not take (connection refused or lost, no answer within ``publish_timeout``,
-  ``E_MPUB_FAILED``) goes to the next node, and a node that failed is tried last for a while. When no node takes a
-  chunk the task fails, and Spark runs it again. Answers that every node would give (``E_BAD_TOPIC``,
+  over the cluster (``ChunkRouter``). A chunk a node does not take (connection refused or lost, no answer within
+  ``publish_timeout``, ``E_MPUB_FAILED``) goes to the next node, and so do the chunks sent after it on that node's
+  connection, which the failure ends; a node that failed is tried last for a while. When no node takes a chunk the
+  task fails, and Spark runs it again. Answers that every node would give (``E_BAD_TOPIC``,
   ``E_BAD_MESSAGE``, ``E_BAD_BODY``), a null body and an invalid topic name in a row fail the task at once.
 
 Delivery is at least once. A chunk sent again after its connection was lost may already have been taken by the
@@ -28,8 +29,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,16 +41,18 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from shared.client import NSQError, NSQProtocolError, Producer
+from shared.client import NSQError, NSQProtocolError, Pipeline, Producer
 from shared.client.lookupd import lookup_nodes
 from shared.event_loop import new_event_loop
+from shared.log_format import describe
 from shared.names import is_valid_topic_name
 
 from .options import NSQOptions, OptionError, parse_options
 
 log = logging.getLogger("nsq.pipeline")
 
-# enough to keep an nsqd busy while the next chunk is encoded, little enough to bound what a lost node sends again
+# per node: enough to keep an nsqd busy while the next chunk is encoded, little enough to bound what a lost node
+# sends again
 CHUNKS_IN_FLIGHT = 8
 # NSQ's default --max-body-size: a chunk of large bodies is cut before an nsqd would refuse it
 MAX_CHUNK_BYTES = 5 * 1024 * 1024
@@ -112,7 +115,7 @@ def total(messages: Iterable[WriterCommitMessage | None]) -> NSQCommitMessage:
                             sum(message.retries for message in done), dict(per_node))
 
 
-class _PartitionPublisher:
+class _PartitionWriter:
     """What both writers do: check on the driver, publish a partition in each task."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
@@ -122,7 +125,7 @@ class _PartitionPublisher:
         return write_partition(self.config, iterator)
 
 
-class NSQWriter(_PartitionPublisher, DataSourceArrowWriter):
+class NSQWriter(_PartitionWriter, DataSourceArrowWriter):
     """``df.write.format("nsq")``: each task publishes its partition."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -132,7 +135,7 @@ class NSQWriter(_PartitionPublisher, DataSourceArrowWriter):
         log.warning("nsq sink: write failed after the other tasks published %s", total(messages))
 
 
-class NSQStreamWriter(_PartitionPublisher, DataSourceStreamArrowWriter):
+class NSQStreamWriter(_PartitionWriter, DataSourceStreamArrowWriter):
     """``df.writeStream.format("nsq")``: each micro-batch's tasks publish their partitions."""
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -154,16 +157,16 @@ def write_partition(config: SinkConfig, batches: Iterable[pa.RecordBatch]) -> NS
 async def publish(config: SinkConfig, batches: Iterable[pa.RecordBatch], start: int) -> NSQCommitMessage:
     """Publishes every row of ``batches``; chunks go round the nodes beginning with the ``start``-th."""
     chunker = Chunker(config.options.mpub_chunk)
-    publisher = Publisher(config, start)
+    router = ChunkRouter(config, start)
     try:
         for topic, bodies in grouped(config, batches):
             for chunk in chunker.add(topic, bodies):
-                await publisher.send(chunk)
+                await router.send(chunk)
         for chunk in chunker.rest():
-            await publisher.send(chunk)
-        return await publisher.finish()
+            await router.send(chunk)
+        return await router.finish()
     finally:
-        await publisher.close()
+        await router.close()
 
 
 # -- rows to chunks ---------------------------------------------------------------------------------------------
@@ -216,6 +219,8 @@ def _by_topic(topics: list[str | None], bodies: list[bytes], default: str,
 class Chunk:
     topic: str
     bodies: list[bytes]
+    # node address -> why it did not take the chunk; a chunk goes to each node once at most
+    failures: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -293,105 +298,110 @@ async def find_nodes(options: NSQOptions, timeout: float) -> list[str]:
     return sorted(nodes)
 
 
-class Publisher:
-    """Sends chunks, ``CHUNKS_IN_FLIGHT`` at a time, each to the first node that takes it; counts what it sent."""
+@dataclass
+class _Node:
+    """A node's pipeline, and the chunks written on it that have not been counted as taken yet, oldest first."""
+
+    address: str
+    pipeline: Pipeline
+    sent: deque[Chunk] = field(default_factory=deque)
+
+
+class ChunkRouter:
+    """Sends each chunk to the first node in its turn that takes it, through one pipeline per node; counts what
+    the nodes acknowledged."""
 
     def __init__(self, config: SinkConfig, start: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._config = config
         self._start = start
         self._clock = clock
         self._ring: NodeRing | None = None
-        self._producers: dict[str, Producer] = {}
-        self._window = Window(CHUNKS_IN_FLIGHT)
+        self._nodes: dict[str, _Node] = {}
         self._messages = self._chunks = self._retries = 0
         self._per_node: Counter[str] = Counter()
 
     async def send(self, chunk: Chunk) -> None:
-        """Returns once the chunk is under way; raises what an earlier chunk failed with."""
+        """Returns once the chunk is written to a node; raises SinkError when no node takes a chunk."""
         if self._ring is None:  # found on the first chunk: an empty partition asks nothing of anyone
-            self._ring = NodeRing(await find_nodes(self._config.options, self._config.options.connect_timeout), self._start)
-        await self._window.add(self._publish(self._ring, chunk))
+            options = self._config.options
+            self._ring = NodeRing(await find_nodes(options, options.connect_timeout), self._start)
+        await self._route(chunk)
 
     async def finish(self) -> NSQCommitMessage:
-        """Waits for every chunk under way; what the task reports to the driver."""
-        await self._window.drain()
+        """Waits for every answer, sending again what a node did not take; what the task reports to the driver."""
+        while any(node.pipeline.unanswered for node in self._nodes.values()):
+            for node in list(self._nodes.values()):
+                try:
+                    await node.pipeline.flush()
+                except NSQError as error:
+                    await self._node_failed(node, error, None)
+                self._count_taken(node)
         return NSQCommitMessage(self._messages, self._chunks, self._retries, dict(self._per_node))
 
     async def close(self) -> None:
-        await self._window.close()
-        for producer in self._producers.values():
-            await producer.close()
+        for node in self._nodes.values():
+            node.pipeline.abandon()
+            await node.pipeline.producer.close()
 
-    async def _publish(self, ring: NodeRing, chunk: Chunk) -> None:
-        failures: list[str] = []
-        for address in ring.order(self._clock()):
-            if failures:
+    async def _route(self, chunk: Chunk) -> None:
+        assert self._ring is not None
+        for address in self._ring.order(self._clock()):
+            if address in chunk.failures:
+                continue
+            if chunk.failures:
                 self._retries += 1
-            error = await self._try(address, chunk)
-            if error is None:
-                ring.succeeded(address)
-                self._messages += len(chunk.bodies)
-                self._chunks += 1
-                self._per_node[address] += len(chunk.bodies)
-                return
-            ring.failed(address, self._clock())
-            failures.append(f"{address}: {error}")
-            log.warning("nsq sink: nsqd %s did not take %d messages for %s: %s", address, len(chunk.bodies),
-                        chunk.topic, error)
+            node = self._node(address)
+            try:
+                await node.pipeline.multi_publish(chunk.topic, chunk.bodies)
+            except NSQError as error:  # this chunk's, or an earlier one's: either way this one was not sent
+                await self._node_failed(node, error, chunk)
+                self._not_taken(address, chunk, error)
+                continue
+            node.sent.append(chunk)
+            self._count_taken(node)
+            return
+        failures = "; ".join(f"{address}: {why}" for address, why in chunk.failures.items())
         raise SinkError(f"no nsqd took a chunk of {len(chunk.bodies)} messages for topic {chunk.topic!r} "
-                        f"({'; '.join(failures)})")
+                        f"({failures})")
 
-    async def _try(self, address: str, chunk: Chunk) -> str | None:
-        """None when ``address`` took the chunk, else why not."""
-        producer = self._producer(address)
-        try:
-            await asyncio.wait_for(producer.multi_publish(chunk.topic, chunk.bodies),
-                                   self._config.options.publish_timeout)
-        except NSQProtocolError as error:
-            if error.code in _PERMANENT:
-                raise SinkError(f"nsqd {address} refused {len(chunk.bodies)} messages for topic "
-                                f"{chunk.topic!r}: {error}") from error
-            return str(error)
-        except TimeoutError:
-            await producer.close()  # a later answer on that connection would be taken for another command's
-            return f"no answer within {self._config.options.publish_timeout:g} s"
-        except (NSQError, OSError) as error:
-            return str(error) or type(error).__name__
-        return None
+    async def _node_failed(self, node: _Node, error: NSQError, sending: Chunk | None) -> None:
+        """The node's connection failed: the chunks it did not acknowledge go to the other nodes."""
+        assert self._ring is not None
+        abandoned = {id(publish.bodies) for publish in node.pipeline.abandon()}
+        lost = [chunk for chunk in node.sent if id(chunk.bodies) in abandoned]
+        self._count(node.address, [chunk for chunk in node.sent if id(chunk.bodies) not in abandoned])
+        node.sent.clear()
+        refused = lost[0] if lost else sending
+        if isinstance(error, NSQProtocolError) and error.code in _PERMANENT and refused is not None:
+            raise SinkError(f"nsqd {node.address} refused {len(refused.bodies)} messages for topic "
+                            f"{refused.topic!r}: {error}") from error
+        self._ring.failed(node.address, self._clock())
+        for chunk in lost:
+            self._not_taken(node.address, chunk, error)
+            await self._route(chunk)
 
-    def _producer(self, address: str) -> Producer:
-        if address not in self._producers:
-            self._producers[address] = Producer(address, connect_timeout=self._config.options.connect_timeout,
-                                                **self._config.options.client_settings())
-        return self._producers[address]
+    def _not_taken(self, address: str, chunk: Chunk, error: NSQError) -> None:
+        chunk.failures[address] = describe(error)
+        log.warning("nsq sink: nsqd %s did not take %d messages for %s: %s", address, len(chunk.bodies),
+                    chunk.topic, describe(error))
 
+    def _count_taken(self, node: _Node) -> None:
+        """Counts the chunks whose OK the node's pipeline collected (all but its newest ``unanswered``)."""
+        taken = len(node.sent) - node.pipeline.unanswered
+        if taken > 0:
+            self._count(node.address, [node.sent.popleft() for _ in range(taken)])
+            assert self._ring is not None
+            self._ring.succeeded(node.address)
 
-class Window:
-    """At most ``size`` tasks under way; the first failure is raised by ``add`` or ``drain``, and ``close``
-    cancels whatever is left."""
+    def _count(self, address: str, chunks: list[Chunk]) -> None:
+        for chunk in chunks:
+            self._messages += len(chunk.bodies)
+            self._chunks += 1
+            self._per_node[address] += len(chunk.bodies)
 
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def add(self, work: Coroutine[Any, Any, None]) -> None:
-        while len(self._tasks) >= self._size:
-            await self._settle(asyncio.FIRST_COMPLETED)
-        self._tasks.add(asyncio.create_task(work))
-
-    async def drain(self) -> None:
-        while self._tasks:
-            await self._settle(asyncio.FIRST_EXCEPTION)
-
-    async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        # what they end with is moot: a failure is already on its way up
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
-
-    async def _settle(self, return_when: str) -> None:
-        done, self._tasks = await asyncio.wait(self._tasks, return_when=return_when)
-        errors = [error for task in done if (error := task.exception()) is not None]
-        if errors:
-            raise errors[0]
+    def _node(self, address: str) -> _Node:
+        if address not in self._nodes:
+            options = self._config.options
+            producer = Producer(address, connect_timeout=options.connect_timeout, **options.client_settings())
+            self._nodes[address] = _Node(address, producer.pipeline(CHUNKS_IN_FLIGHT, options.publish_timeout))
+        return self._nodes[address]
