@@ -22,6 +22,7 @@ import logging
 from collections import deque
 from typing import Any, Callable
 
+from shared.log_format import describe
 from shared.protocol.compression import Codec, DeflateCodec, SnappyCodec
 from shared.protocol.frames import (
     FRAME_TYPE_ERROR,
@@ -51,7 +52,8 @@ class Connection(asyncio.Protocol):
         self._waiting: deque[asyncio.Future[bytes]] = deque()
         self._on_message = on_message
         self._closed = asyncio.get_running_loop().create_future()
-        # set by a fatal error frame: nsqd is closing the connection, so nothing more may be sent on it
+        # set by a fatal error frame, a command's timeout or bytes that cannot be read: the connection is closing,
+        # so nothing more may be sent on it
         self._failed = False
         self._loop = asyncio.get_running_loop()
         self._output: list[bytes] = []
@@ -81,15 +83,17 @@ class Connection(asyncio.Protocol):
         except TimeoutError as error:
             raise ConnectError(f"no connection within {timeout:g} s") from error
         except OSError as error:
-            raise ConnectError(str(error) or type(error).__name__) from error
+            raise ConnectError(describe(error)) from error
         try:
             await asyncio.wait_for(connection._handshake(config, host), timeout)
-        except BaseException as error:
+        except TimeoutError as error:
             connection.close()
-            if isinstance(error, TimeoutError):
-                raise ConnectError(f"no answer to IDENTIFY within {timeout:g} s") from error
-            if isinstance(error, (OSError, ValueError, ConnectionClosed)):
-                raise ConnectError(f"identifying: {str(error) or type(error).__name__}") from error
+            raise ConnectError(f"identifying: no answer within {timeout:g} s") from error
+        except (OSError, ValueError, ConnectionClosed) as error:  # ssl.SSLError is an OSError
+            connection.close()
+            raise ConnectError(f"identifying: {describe(error)}") from error
+        except BaseException:  # nsqd's refusal (NSQProtocolError), ConnectError, a cancellation
+            connection.close()
             raise
         return connection
 

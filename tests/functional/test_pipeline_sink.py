@@ -249,6 +249,35 @@ async def test_chunks_a_dead_node_does_not_take_go_to_the_next(nsqd: NSQDProcess
     assert sorted(await drain(nsqd, "t")) == sorted([b"%d" % n for n in range(100)] * 2)
 
 
+async def test_chunks_a_node_stops_answering_go_to_the_next(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    """A node that took a chunk, then answers nothing within publish_timeout: the chunks written to it since go to
+    the other node, and only what it acknowledged is counted as its."""
+    from services.pipeline.options import parse_options
+    from services.pipeline.sink import Chunk, ChunkRouter, SinkConfig
+
+    silent, live = sorted((nsqd_factory(), nsqd_factory()), key=nsqd_address)  # the ring's order: silent first
+    options = parse_options({"nsqd_tcp_address": f"{nsqd_address(silent)},{nsqd_address(live)}", "topic": "t",
+                             "publish_timeout": "0.5"})
+    router = ChunkRouter(SinkConfig(options, "body"), start=0)
+    try:
+        await router.send(Chunk("t", [b"0", b"1"]))
+        # on a thread: the loop must run meanwhile, to write the chunk
+        await asyncio.to_thread(wait_for, lambda: topic_stats(silent).get("t", {}).get("message_count") == 2)
+        silent.process.send_signal(signal.SIGSTOP)
+        try:
+            for first in range(2, 20, 2):
+                await router.send(Chunk("t", [b"%d" % first, b"%d" % (first + 1)]))
+            report = await router.finish()
+        finally:
+            silent.process.send_signal(signal.SIGCONT)
+    finally:
+        await router.close()
+    assert (report.messages, report.chunks, report.per_node) == (20, 10, {nsqd_address(silent): 2,
+                                                                         nsqd_address(live): 18})
+    assert report.retries >= 1
+    assert sorted(await drain(live, "t"), key=int) == [b"%d" % n for n in range(2, 20)]
+
+
 async def test_a_chunk_every_node_would_refuse_fails_at_once(nsqd_factory: Callable[..., NSQDProcess]) -> None:
     import pyarrow as pa
 
