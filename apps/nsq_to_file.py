@@ -32,12 +32,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.client import Consumer, Message
+from shared.client import Consumer, Message, user_agent
 from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers
 from shared.flags import FlagError, option, require_positive
 from shared.names import is_valid_name
 from shared.program import ProgramOptions, run_tool
-from shared.version import VERSION, version_line
+from shared.version import version_line
 
 from .client_options import check_tcp_addresses, consumer_settings
 from .file_logger import (
@@ -53,7 +53,7 @@ from .file_logger import (
 
 log = logging.getLogger("nsq_to_file")
 
-USER_AGENT = f"nsq_to_file/{VERSION} nsq-py/{VERSION}"
+USER_AGENT = user_agent("nsq_to_file")
 STOP_SYNC_INTERVAL = 0.05  # while stopping, how often what came in is synced and finished
 
 

@@ -74,12 +74,15 @@ class FrameDecoder:
         self._buffer = bytearray()
 
     def feed(self, data: bytes | bytearray, limit: int = -1) -> list[Frame]:
-        """The complete frames buffered so far (at most ``limit`` of them, when not negative)."""
+        """The complete frames buffered so far (at most ``limit`` of them, when not negative); ValueError for a
+        size no frame can have."""
         self._buffer += data
         frames: list[Frame] = []
         buf, pos, end = self._buffer, 0, len(self._buffer)
         while end - pos >= 8 and len(frames) != limit:
             size, frame_type = _FRAME_HEADER.unpack_from(buf, pos)
+            if size < 4:  # a frame holds at least its type; the stream cannot be read past this
+                raise ValueError(f"invalid frame size {size}")
             if end - pos - 4 < size:
                 break
             frames.append(Frame(frame_type, bytes(buf[pos + 8:pos + 4 + size])))

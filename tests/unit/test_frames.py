@@ -192,3 +192,9 @@ def test_encoded_commands_parse_back() -> None:
         (b"CLS", [], b"", None),
     ]
     assert all(c.error is None for c in commands)
+
+
+@pytest.mark.parametrize("size", [-4, -1, 0, 3])
+def test_a_frame_size_no_frame_can_have_is_refused(size: int) -> None:
+    with pytest.raises(ValueError, match=f"invalid frame size {size}"):
+        FrameDecoder().feed(struct.pack(">ii", size, FRAME_TYPE_RESPONSE) + b"OK")
