@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -12,21 +13,29 @@ from tests.processes import NSQDProcess, ToolProcess, start_nsqd
 FAST_SCAN = ("--queue-scan-interval=20ms", "--queue-scan-refresh-interval=50ms")
 
 
+S = TypeVar("S", NSQDProcess, InProcessNSQD)
+
+
+def _nsqd_starter(tmp_path: Path, name: str, start: Callable[..., S]) -> Iterator[Callable[..., S]]:
+    """Starts nsqds with extra flags, each in a data path of its own; every one is stopped at teardown."""
+    started: list[S] = []
+
+    def start_one(*args: str) -> S:
+        data_path = tmp_path / f"{name}{len(started)}"
+        data_path.mkdir()
+        nsqd = start(*FAST_SCAN, *args, data_path=data_path)
+        started.append(nsqd)
+        return nsqd
+
+    yield start_one
+    for nsqd in started:
+        nsqd.stop()
+
+
 @pytest.fixture
 def nsqd_factory(tmp_path: Path) -> Iterator[Callable[..., NSQDProcess]]:
-    """Starts nsqd processes with extra flags; every one is stopped at teardown."""
-    started: list[NSQDProcess] = []
-
-    def start(*args: str) -> NSQDProcess:
-        data_path = tmp_path / f"nsqd{len(started)}"
-        data_path.mkdir()
-        process = start_nsqd(*FAST_SCAN, *args, data_path=data_path)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
+    """nsqd processes."""
+    yield from _nsqd_starter(tmp_path, "nsqd", start_nsqd)
 
 
 @pytest.fixture
@@ -37,18 +46,7 @@ def nsqd(nsqd_factory: Callable[..., NSQDProcess]) -> NSQDProcess:
 @pytest.fixture
 def in_process_nsqd_factory(tmp_path: Path) -> Iterator[Callable[..., InProcessNSQD]]:
     """As ``nsqd_factory``, with nsqd in the test's process (tests.in_process), for tests of what it answers."""
-    started: list[InProcessNSQD] = []
-
-    def start(*args: str) -> InProcessNSQD:
-        data_path = tmp_path / f"in-process-nsqd{len(started)}"
-        data_path.mkdir()
-        nsqd = InProcessNSQD(*FAST_SCAN, *args, data_path=data_path)
-        started.append(nsqd)
-        return nsqd
-
-    yield start
-    for nsqd in started:
-        nsqd.stop()
+    yield from _nsqd_starter(tmp_path, "in-process-nsqd", InProcessNSQD)
 
 
 @pytest.fixture
