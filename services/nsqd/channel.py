@@ -7,8 +7,9 @@ Invariants:
 - ``_ready`` holds exactly the subscribed clients with room, so delivery never scans all clients, and the queues
   only hold messages while no client has room (or the channel is paused).
 Depth counts the message queue (memory and disk); in-flight and deferred messages are reported separately, as NSQ
-does. A message the disk refuses stays in memory (and nsqd reports itself unhealthy): nothing accepted is dropped,
-except by ephemeral channels, which discard what their memory queue cannot hold, as NSQ's do.
+does. A publish the disk refuses is refused (see topic.py); a message accepted earlier (requeued, timed out, from
+the topic's backlog) that the disk refuses stays in memory, and nsqd reports itself unhealthy: nothing accepted is
+dropped, except by ephemeral channels, which discard what their memory queue cannot hold, as NSQ's do.
 """
 
 from __future__ import annotations
@@ -81,19 +82,28 @@ class Channel:
 
     # -- messages in ---------------------------------------------------------------------------------------
 
-    def put_new(self, entries: list[QueuedMessage]) -> None:
-        """Messages from the topic: counted, then delivered or queued."""
-        self.message_count += len(entries)
+    def put_new(self, entries: list[QueuedMessage], keep_refused: bool = True) -> None:
+        """Messages from the topic: delivered, or queued. If the disk refuses the ones to queue, they stay in
+        memory, or with ``keep_refused=False`` (a publish, not acknowledged yet) OSError is raised and they are
+        not this channel's."""
+        delivered = self._deliver_now(entries)
+        self.message_count += delivered
+        if delivered < len(entries):
+            rest = entries[delivered:] if delivered else entries
+            self.queue.put(rest, keep_refused)
+            self.message_count += len(rest)
+
+    def _deliver_now(self, entries: list[QueuedMessage]) -> int:
+        """Delivers ``entries`` in order while a client has room; how many it delivered."""
         ready = self._ready
         if not ready or self.paused:
-            self._queue(entries)
-            return
+            return 0
         now, deliver = time.monotonic(), self._deliver
         for index, entry in enumerate(entries):
             if not ready:
-                self._queue(entries[index:])
-                return
+                return index
             deliver(next(iter(ready)), entry, now)
+        return len(entries)
 
     def put_from_disk(self, records: list[bytes]) -> None:
         """Messages from the topic's disk queue, as records (size prefix included). What the consumers can take now

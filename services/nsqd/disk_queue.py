@@ -134,7 +134,9 @@ class DiskQueue:
             while written < len(data):
                 written += os.write(fd, data[written:])
         except OSError:
-            os.ftruncate(fd, start)  # no torn record left behind
+            # no torn record left behind, and the next write goes where this one started (not after a hole)
+            os.ftruncate(fd, start)
+            os.lseek(fd, start, os.SEEK_SET)
             raise
         self._positions.write_pos += len(data)
         self._positions.depth += count

@@ -6,9 +6,11 @@ wait as the channels will receive them (``QueuedMessage``, no attempt yet). A de
 delay when it reaches a channel: while it waits here it is held beside the queue with its delay, in memory, and at
 exit in the disk queue's file of deferred messages.
 
-A publish the disk queue cannot take is refused as a whole (``E_PUB_FAILED``/``E_MPUB_FAILED``) and nothing of it
-is queued. Nothing accepted is ever dropped, except by ephemeral topics and channels, which discard what their
-memory queue cannot hold, as NSQ's do.
+A publish that the topic's disk queue, or a channel's, cannot take is refused (``E_PUB_FAILED``/``E_MPUB_FAILED``,
+HTTP 500) before it is acknowledged: with ``--mem-queue-size=0`` an OK means the message is on disk in every
+channel. Nothing acknowledged is ever dropped, except by ephemeral topics and channels, which discard what their
+memory queue cannot hold, as NSQ's do. nsqd reports itself unhealthy from a refused write until a write or a
+publish succeeds again.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Topic:
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self._storage = storage
+        self._health = storage.health
         self.queue = storage.open(name)
         # DPUBs waiting for a channel, with their delay in ms: it starts once they reach one, so the file they are
         # saved to at exit keeps the delay itself, where a channel's keeps due times
@@ -76,7 +79,8 @@ class Topic:
         return self.queue.dropped_count
 
     def publish(self, bodies: list[bytes], defer_ms: int = 0) -> None:
-        """Accepts all of ``bodies`` or raises TopicError and accepts none."""
+        """Accepts all of ``bodies``, or raises TopicError: the publish is then not acknowledged, though with several
+        channels the ones before the refusing one may have taken it (a retry makes duplicates there, never a loss)."""
         if self.exiting:
             raise TopicError("exiting")
         count = len(bodies)
@@ -89,9 +93,11 @@ class Topic:
         if self.paused or not self.channels or not self.started:
             self._hold(entries, defer_ms)
         else:
-            self._distribute(entries, defer_ms)
+            self._distribute(entries, defer_ms, keep_refused=False)
         self.message_count += count
         self.message_bytes += len(bodies[0]) if count == 1 else sum(map(len, bodies))
+        if self._health.error is not None:  # taken again: nsqd no longer refuses what it is sent
+            self._health.write_succeeded()
 
     def _hold(self, entries: list[QueuedMessage], defer_ms: int) -> None:
         """Raises TopicError, holding none of ``entries``, if the disk refuses them."""
@@ -103,11 +109,15 @@ class Topic:
         except OSError as error:
             raise TopicError(str(error)) from None
 
-    def _distribute(self, entries: list[QueuedMessage], defer_ms: int) -> None:
-        """Every channel gets every entry."""
+    def _distribute(self, entries: list[QueuedMessage], defer_ms: int, keep_refused: bool = True) -> None:
+        """Every channel gets every entry. Without ``keep_refused`` (a publish), TopicError if a channel's disk
+        refuses them: the publish is not acknowledged, though the channels before that one may have taken it."""
         if not defer_ms:
-            for channel in self.channels.values():
-                channel.put_new(entries)
+            try:
+                for channel in self.channels.values():
+                    channel.put_new(entries, keep_refused)
+            except OSError as error:
+                raise TopicError(str(error)) from None
             return
         now = time.monotonic()
         for channel in self.channels.values():

@@ -1,0 +1,128 @@
+"""A disk that fills up, for real: nsqd's --data-path on a tmpfs of a few MB. Publishes are refused with NSQ's
+errors before they are acknowledged, nothing acknowledged is lost or corrupted, consumers drain, and once space is
+freed publishing works again without a restart. Needs root (to mount the tmpfs); skipped elsewhere."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.nsqd.disk_queue import DiskQueue
+from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, encode_mpub
+from tests.conftest import FAST_SCAN
+from tests.processes import NSQDProcess, start_nsqd
+from tests.wire import WireClient
+
+DISK_MB = 6
+BODY_SIZE = 1024
+BATCH = 20
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path = tmp_path / "disk"
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def body(n: int) -> bytes:
+    return (b"%08d:" % n).ljust(BODY_SIZE, b"x")
+
+
+async def publish_until_refused(nsqd: NSQDProcess, limit: int = 100_000) -> tuple[list[bytes], bytes]:
+    """MPUBs of BATCH messages until one is refused: the messages acknowledged, and the refusal."""
+    producer = await WireClient.connect(nsqd.tcp_address)
+    acknowledged: list[bytes] = []
+    try:
+        while len(acknowledged) < limit:
+            bodies = [body(len(acknowledged) + i) for i in range(BATCH)]
+            producer.send(encode_mpub(b"t", bodies))
+            frame = await producer.read_frame()
+            if frame.frame_type != FRAME_TYPE_RESPONSE:
+                assert frame.frame_type == FRAME_TYPE_ERROR
+                assert await producer.closed()  # NSQ's E_MPUB_FAILED is fatal
+                return acknowledged, frame.data
+            acknowledged += bodies
+        raise AssertionError(f"nsqd acknowledged {limit} messages of {BODY_SIZE} B on a {DISK_MB} MB disk")
+    finally:
+        await producer.close()
+
+
+async def drain(consumer: WireClient, expected: set[bytes]) -> Counter[bytes]:
+    """What the consumer receives (FINning each) until it has every one of ``expected``."""
+    received: Counter[bytes] = Counter()
+    consumer.send(b"RDY 2500\n")
+    while not expected <= received.keys():
+        message = await consumer.read_message(timeout=10)
+        received[message.body] += 1
+        consumer.send(b"FIN " + message.id + b"\n")
+    await consumer.expect_nothing(0.3)
+    return received
+
+
+@pytest.mark.parametrize("mem_queue_size", [0, 2000])
+async def test_a_full_disk_refuses_publishes_loses_nothing_and_recovers(small_disk: Path,
+                                                                        mem_queue_size: int) -> None:
+    nsqd = start_nsqd(*FAST_SCAN, f"--mem-queue-size={mem_queue_size}", "--sync-every=1",
+                      "--max-bytes-per-file=1048576", data_path=small_disk)
+    try:
+        assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
+        assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
+        consumer = await WireClient.connect(nsqd.tcp_address)
+        await consumer.subscribe("t", "c", rdy=0)  # subscribed, taking nothing: everything waits in the channel
+
+        acknowledged, refusal = await publish_until_refused(nsqd)
+        assert refusal.startswith(b"E_MPUB_FAILED MPUB failed ")
+        assert len(acknowledged) >= (DISK_MB - 1) * 1024 * 1024 // (BODY_SIZE + 30)  # the disk was used
+        for n in range(len(acknowledged), len(acknowledged) + 100):  # what room is left takes smaller publishes
+            status, _, answer = nsqd.http("POST", "/pub?topic=t", body(n))
+            if status != 200:
+                break
+            acknowledged.append(body(n))
+        assert (status, answer) == (500, b'{"message":"INTERNAL_ERROR"}')
+        status, _, answer = nsqd.http("GET", "/ping")
+        assert status == 500 and answer.startswith(b"NOK - failed to write messages to t:c - ")
+
+        received = await drain(consumer, set(acknowledged))
+        assert set(received) == set(acknowledged)  # nothing lost, nothing corrupted, nothing refused got in
+        assert sum(received.values()) == len(acknowledged)  # and no duplicate
+
+        # reading freed the disk: publishing works again, without a restart, and nsqd is healthy again
+        assert nsqd.http("POST", "/pub?topic=t", b"after")[0] == 200
+        assert nsqd.http("GET", "/ping")[::2] == (200, b"OK")
+        assert (await consumer.read_message()).body == b"after"
+        await consumer.close()
+    finally:
+        nsqd.stop()
+
+
+def test_a_write_cut_short_by_the_full_disk_leaves_nothing_behind(small_disk: Path) -> None:
+    """A record the disk took only part of is cut back, and the next write starts where it started: no hole, no
+    torn record, once space is freed."""
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (1024 * 1024))
+    queue = DiskQueue("q", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20, sync_every=1)
+    payloads = [(b"%08d" % n).ljust(100 * 1024, b"p") for n in range(100)]
+    taken = []
+    with pytest.raises(OSError):
+        for payload in payloads:
+            queue.put([payload])
+            taken.append(payload)
+    filler.unlink()  # space again
+    queue.put([b"after".ljust(100, b"a")])
+    assert queue.read(len(payloads) + 1) == [*taken, b"after".ljust(100, b"a")]
+    queue.close()
