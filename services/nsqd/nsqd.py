@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqd")
 
+METADATA_RETRY = 1.0  # seconds between attempts to write nsqd.dat while the disk refuses it
+
 
 class NSQD:
     def __init__(self, opts: Options) -> None:
@@ -291,13 +293,17 @@ class NSQD:
             await asyncio.to_thread(metadata.save, self.data_path, metadata.snapshot(self.topics))
 
     async def _write_metadata_when_changed(self) -> None:
+        """Writes nsqd.dat after changes; one the disk refuses (full) makes nsqd unhealthy and is tried again every
+        ``METADATA_RETRY`` seconds until it succeeds, so that the topics created meanwhile are not forgotten."""
         while True:
             await self._metadata_changed.wait()
             self._metadata_changed.clear()
             try:
                 await self.persist_metadata()
             except OSError as error:
-                log.error("failed to persist metadata - %s", error)
+                self.storage.health.write_failed("failed to persist metadata", error)
+                await asyncio.sleep(METADATA_RETRY)
+                self._metadata_changed.set()
 
     def channels(self) -> list[Channel]:
         return [channel for topic in self.topics.values() for channel in topic.channels.values()]

@@ -4,7 +4,9 @@ freed publishing works again without a restart. Needs root (to mount the tmpfs);
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -15,7 +17,7 @@ import pytest
 from services.nsqd.disk_queue import DiskQueue
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, encode_mpub
 from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_nsqd
+from tests.processes import NSQDProcess, start_nsqd, wait_for
 from tests.wire import WireClient
 
 DISK_MB = 6
@@ -126,3 +128,37 @@ def test_a_write_cut_short_by_the_full_disk_leaves_nothing_behind(small_disk: Pa
     queue.put([b"after".ljust(100, b"a")])
     assert queue.read(len(payloads) + 1) == [*taken, b"after".ljust(100, b"a")]
     queue.close()
+
+
+def fill(disk: Path) -> Path:
+    """A file taking every byte left on ``disk``."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass  # full
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_metadata_the_full_disk_refused_is_written_once_there_is_room(small_disk: Path) -> None:
+    nsqd = start_nsqd(*FAST_SCAN, data_path=small_disk)
+    try:
+        filler = fill(small_disk)
+        assert nsqd.http("POST", "/topic/create?topic=late")[0] == 200
+        wait_for(lambda: nsqd.http("GET", "/ping")[0] == 500, what="nsqd reporting the refused nsqd.dat write")
+        assert b"failed to persist metadata" in nsqd.http("GET", "/ping")[2]
+        filler.unlink()
+        wait_for(lambda: b'"late"' in (small_disk / "nsqd.dat").read_bytes(), timeout=5,
+                 what="nsqd.dat naming the topic once there is room")
+    finally:
+        nsqd.stop(signal.SIGKILL)
+    restarted = start_nsqd(*FAST_SCAN, data_path=small_disk)
+    try:
+        topics = json.loads(restarted.http("GET", "/stats?format=json")[2])["topics"]
+        assert [topic["topic_name"] for topic in topics] == ["late"]
+    finally:
+        restarted.stop()
