@@ -103,6 +103,8 @@ async def test_a_full_disk_refuses_publishes_loses_nothing_and_recovers(small_di
         received = await drain(consumer, set(acknowledged))
         assert set(received) == set(acknowledged)  # nothing lost, nothing corrupted, nothing refused got in
         assert sum(received.values()) == len(acknowledged)  # and no duplicate
+        print(f"--mem-queue-size={mem_queue_size}: {len(acknowledged)} acknowledged before the disk refused, "
+              f"{len(received)} received, 0 lost, 0 duplicated")
 
         # reading freed the disk: publishing works again, without a restart, and nsqd is healthy again
         assert nsqd.http("POST", "/pub?topic=t", b"after")[0] == 200
