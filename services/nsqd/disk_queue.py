@@ -26,7 +26,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Callable
 
-
+from . import atomic_file
 
 log = logging.getLogger("nsqd")
 
@@ -291,16 +291,8 @@ class DiskQueue:
         if not messages:
             self.deferred_path.unlink(missing_ok=True)
             return
-        data = b"".join(_DEFERRED.pack(due, len(payload)) + payload for due, payload in messages)
-        temporary = self.deferred_path.with_name(f"{self.deferred_path.name}.{os.urandom(4).hex()}.tmp")
-        try:
-            with open(temporary, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, self.deferred_path)
-        finally:
-            temporary.unlink(missing_ok=True)
+        atomic_file.replace(self.deferred_path,
+                            b"".join(_DEFERRED.pack(due, len(payload)) + payload for due, payload in messages))
 
     def take_deferred(self) -> list[tuple[int, bytes]]:
         """The deferred messages saved at the last exit (the file is removed: they are the caller's now)."""
@@ -421,14 +413,5 @@ class _Reader:
 
 
 def _write_meta(path: Path, positions: Positions) -> None:
-    temporary = path.with_name(f"{path.name}.{os.urandom(4).hex()}.tmp")
-    text = (f"{positions.depth}\n{positions.read_file},{positions.read_pos}\n"
-            f"{positions.write_file},{positions.write_pos}\n")
-    try:
-        with open(temporary, "w") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    atomic_file.replace(path, (f"{positions.depth}\n{positions.read_file},{positions.read_pos}\n"
+                               f"{positions.write_file},{positions.write_pos}\n").encode())

@@ -3,8 +3,8 @@ recreates them. NSQ's format::
 
     {"topics":[{"name":"t","paused":false,"channels":[{"name":"c","paused":false}]}],"version":"1.3.0"}
 
-Ephemeral topics and channels are never written. The file is replaced atomically (written to a temporary file,
-fsynced, renamed over the old one, directory fsynced), so a crash leaves the old file or the new one, never half.
+Ephemeral topics and channels are never written. The file is replaced atomically (``atomic_file``), so a crash
+leaves the old file or the new one, never half.
 The data path itself is locked while an nsqd uses it, so two never share one.
 """
 
@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,12 +22,16 @@ from typing import TYPE_CHECKING, Any
 from shared.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
 from shared.version import VERSION
 
+from . import atomic_file
+
 if TYPE_CHECKING:
     from .topic import Topic
 
 log = logging.getLogger("nsqd")
 
 FILENAME = "nsqd.dat"
+# a disk queue's files: its segments, its metadata, its deferred messages (``<topic>`` or ``<topic>:<channel>``)
+_QUEUE_FILE = re.compile(r"^(?P<name>.+)\.diskqueue\.(\d{6}|meta|deferred)\.dat$")
 
 
 class MetadataError(Exception):
@@ -59,17 +64,8 @@ def save(data_path: Path, topics: list[TopicMetadata]) -> None:
                             "channels": [{"name": c.name, "paused": c.paused} for c in topic.channels]}
                            for topic in topics],
                 "version": VERSION}
-    target = data_path / FILENAME
-    temporary = data_path / f"{FILENAME}.{os.urandom(4).hex()}.tmp"
-    try:
-        with open(temporary, "w") as file:
-            json.dump(document, file, separators=(",", ":"))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
-    _fsync_directory(data_path)
+    atomic_file.replace(data_path / FILENAME, json.dumps(document, separators=(",", ":")).encode(),
+                        sync_directory=True)
 
 
 def load(data_path: Path) -> list[TopicMetadata]:
@@ -87,6 +83,30 @@ def load(data_path: Path) -> list[TopicMetadata]:
         raise MetadataError(f"failed to parse metadata {data_path / FILENAME} - {error}") from None
 
 
+def with_queues_on_disk(data_path: Path, recorded: list[TopicMetadata]) -> list[TopicMetadata]:
+    """``recorded`` plus the topics and channels whose disk queues are in ``data_path`` but which it does not name:
+    nsqd.dat is rewritten after a topic or channel appears, and a crash in between would otherwise leave their
+    acknowledged messages on disk, forgotten."""
+    topics = {topic.name: topic for topic in recorded}
+    for path in sorted(data_path.iterdir()):
+        match = _QUEUE_FILE.match(path.name)
+        if match is None:
+            continue
+        topic_name, _, channel_name = match["name"].partition(":")
+        if not is_valid_topic_name(topic_name) or is_ephemeral(topic_name) or (channel_name and (
+                not is_valid_channel_name(channel_name) or is_ephemeral(channel_name))):
+            continue
+        topic = topics.get(topic_name)
+        if topic is None:
+            log.warning("TOPIC(%s): found on disk but not in %s; recovered", topic_name, FILENAME)
+            topic = topics[topic_name] = TopicMetadata(topic_name)
+        if channel_name and all(channel.name != channel_name for channel in topic.channels):
+            log.warning("TOPIC(%s): channel %s found on disk but not in %s; recovered", topic_name, channel_name,
+                        FILENAME)
+            topic.channels.append(ChannelMetadata(channel_name))
+    return list(topics.values())
+
+
 def _topic(raw: dict[str, Any]) -> TopicMetadata | None:
     name = raw["name"]
     if not is_valid_topic_name(name) or is_ephemeral(name):
@@ -99,14 +119,6 @@ def _topic(raw: dict[str, Any]) -> TopicMetadata | None:
             continue
         channels.append(ChannelMetadata(channel["name"], bool(channel.get("paused", False))))
     return TopicMetadata(name, bool(raw.get("paused", False)), channels)
-
-
-def _fsync_directory(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 class DataPathLock:

@@ -20,7 +20,7 @@ from shared.metrics import PrometheusEndpoint
 from shared.names import is_ephemeral, is_valid_channel_name
 from shared.version import VERSION
 
-from . import identify, metadata, tls
+from . import atomic_file, identify, metadata, tls
 from .busy_poll import BusyPoll
 from .channel import Channel
 from .client import Client, EndOfTurnFlush
@@ -93,6 +93,7 @@ class NSQD:
 
     async def _start(self) -> None:
         self._data_path_lock.acquire()
+        atomic_file.remove_leftovers(self.data_path)
         self._load_metadata()
         metadata.save(self.data_path, metadata.snapshot(self.topics))  # nothing is served yet: blocking is fine
         self._metadata_task = asyncio.create_task(self._write_metadata_when_changed(), name="metadata")
@@ -253,7 +254,7 @@ class NSQD:
     # -- metadata --------------------------------------------------------------------------------------------
 
     def _load_metadata(self) -> None:
-        for recorded in metadata.load(self.data_path):
+        for recorded in metadata.with_queues_on_disk(self.data_path, metadata.load(self.data_path)):
             topic = self.get_topic(recorded.name)
             topic.started = False  # its backlog waits for all its channels
             if recorded.paused:

@@ -60,3 +60,14 @@ def test_a_data_path_is_locked_by_one_holder(tmp_path: Path) -> None:
     first.release()
     second.acquire()
     second.release()
+
+
+def test_disk_queues_nsqd_dat_does_not_name_are_recovered(tmp_path: Path) -> None:
+    recorded = [TopicMetadata("kept", channels=[ChannelMetadata("a")])]
+    for name in ("kept.diskqueue.000000.dat", "kept:a.diskqueue.meta.dat", "kept:late.diskqueue.000003.dat",
+                 "new.diskqueue.meta.dat", "new:c.diskqueue.deferred.dat", "gone.diskqueue.000000.dat.bad",
+                 "tmp#ephemeral.diskqueue.000000.dat", "bad!name.diskqueue.000000.dat", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    topics = metadata.with_queues_on_disk(tmp_path, recorded)
+    assert [(topic.name, [channel.name for channel in topic.channels]) for topic in topics] == [
+        ("kept", ["a", "late"]), ("new", ["c"])]
