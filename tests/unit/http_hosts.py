@@ -35,6 +35,16 @@ class Host:
         return web.Response(status=status, text=body, content_type="application/json")
 
 
+async def serve_on_loopback(handler: Any, shutdown_timeout: float = 60.0) -> tuple[web.AppRunner, int]:
+    """A real aiohttp server on a loopback port whose every request goes to ``handler``; its runner and port."""
+    app = web.Application()
+    app.router.add_route("*", "/{path:.*}", handler)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
+
+
 class Hosts:
     """Starts hosts (``await hosts.start(lookup=(200, body), topic_create=(200, ""))``: a keyword is a path with
     ``_`` for ``/``) and stops them all on leaving."""
@@ -44,13 +54,8 @@ class Hosts:
 
     async def start(self, **answers: tuple[int, str]) -> Host:
         host = Host({"/" + path.replace("_", "/"): answer for path, answer in answers.items()})
-        app = web.Application()
-        app.router.add_route("*", "/{path:.*}", host.handle)
-        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runner, host.port = await serve_on_loopback(host.handle, shutdown_timeout=0.1)
         self._runners.append(runner)
-        host.port = runner.addresses[0][1]
         return host
 
     async def __aenter__(self) -> Hosts:

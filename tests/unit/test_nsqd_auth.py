@@ -21,6 +21,7 @@ from aiohttp import web
 from services.nsqd.auth import auth_response
 from services.nsqd.auth_client import AuthClient, endpoint
 from shared.auth_reply import AuthError, Authorization, AuthState, parse_auth_reply
+from tests.unit.http_hosts import serve_on_loopback
 
 NOW = 1_700_000_000.0
 REPLY: dict[str, Any] = {
@@ -222,13 +223,8 @@ async def serve() -> AsyncIterator[Callable[..., Awaitable[Authd]]]:
 
     async def start(**settings: Any) -> Authd:
         authd = Authd(**settings)
-        app = web.Application()
-        app.router.add_route("*", "/{path:.*}", authd.handle)
-        runner = web.AppRunner(app, handle_signals=False)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runner, authd.port = await serve_on_loopback(authd.handle)
         runners.append((runner, authd))
-        authd.port = runner.addresses[0][1]
         return authd
 
     yield start
