@@ -120,13 +120,10 @@ class Channel:
         self.deferred.push(DeferredMessage(entry, now + delay))
 
     def put(self, entry: QueuedMessage) -> None:
-        if self._ready and not self.paused:
-            self._deliver(next(iter(self._ready)), entry, time.monotonic())
-        else:
-            self._queue([entry])
-
-    def _queue(self, entries: list[QueuedMessage]) -> None:
-        self.queue.put(entries, keep_refused=True)
+        """A message accepted earlier (requeued, timed out, due): delivered, or queued."""
+        entries = [entry]
+        if not self._deliver_now(entries):
+            self.queue.put(entries, keep_refused=True)
 
     def _deliver(self, client: Client, entry: QueuedMessage, now: float) -> None:
         if client.sample_rate and _percentile() > client.sample_rate:
