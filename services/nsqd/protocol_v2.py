@@ -16,6 +16,7 @@ import asyncio
 import logging
 import ssl
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Protocol, cast
 
 from shared.addresses import join_host_port
@@ -66,8 +67,9 @@ class ListenerContext:
     flush: EndOfTurnFlush
     busy_poll: BusyPoll
 
-    @property
+    @cached_property
     def limits(self) -> Limits:
+        """The flags each connection's session checks commands against (built once)."""
         opts = self.opts
         return Limits(opts.max_msg_size, opts.max_body_size, opts.max_rdy_count, int(opts.max_req_timeout * 1000),
                       opts.tls_required != "false", self.auth_client is not None)
