@@ -121,29 +121,35 @@ class MessageQueue:
             self.memory.extend(entries)
             return
         room = max(0, room)
-        overflow = entries[room:]
-        if self._write(lambda: self.backend.put([encode(entry) for entry in overflow]), keep_refused):
-            self.memory.extend(entries[:room])
-        else:
+        try:
+            self.backend.put([encode(entry) for entry in (entries[room:] if room else entries)])
+        except OSError as error:
+            self._refused(error)
+            if not keep_refused:
+                raise
             self.memory.extend(entries)
+            return
+        self._written()
+        if room:
+            self.memory.extend(entries[:room])
 
     def put_records(self, records: list[bytes]) -> None:
         """Disk records as another queue's disk wrote them (size prefix included), written as they are; if the
         disk refuses, they stay in memory, decoded."""
-        if not self._write(lambda: self.backend.put_records(records), keep_refused=True):
-            self.memory.extend(decode(record, 4) for record in records)
-
-    def _write(self, write: Callable[[], None], keep_refused: bool) -> bool:
-        """Runs ``write``; False if the disk refused it (then raises OSError unless ``keep_refused``)."""
         try:
-            write()
+            self.backend.put_records(records)
         except OSError as error:
-            self._health.write_failed(f"failed to write messages to {self.backend.name}", error)
-            if not keep_refused:
-                raise
-            return False
-        self._health.write_succeeded()
-        return True
+            self._refused(error)
+            self.memory.extend(decode(record, 4) for record in records)
+            return
+        self._written()
+
+    def _refused(self, error: OSError) -> None:
+        self._health.write_failed(f"failed to write messages to {self.backend.name}", error)
+
+    def _written(self) -> None:
+        if self._health.error is not None:
+            self._health.write_succeeded()
 
     def fill_memory(self, max_count: int) -> bool:
         """Moves up to ``max_count`` messages from the backend to memory; False if there were none."""
