@@ -10,6 +10,10 @@ Depth counts the message queue (memory and disk); in-flight and deferred message
 does. A publish the disk refuses is refused (see topic.py); a message accepted earlier (requeued, timed out, from
 the topic's backlog) that the disk refuses stays in memory, and nsqd reports itself unhealthy: nothing accepted is
 dropped, except by ephemeral channels, which discard what their memory queue cannot hold, as NSQ's do.
+
+At ``--mem-queue-size=0`` (``_on_disk``) every message reaches a consumer through the disk queue, never handed
+over directly, and stays there until it is finished (see message_queue.py): a crash loses nothing in flight or
+requeued; only a deferred message that never was on disk (a DPUB) lives in memory alone until it is due.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ class Channel:
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = is_ephemeral(name)
-        self.queue = storage.open(f"{topic_name}:{name}")
+        self.queue = storage.open(f"{topic_name}:{name}", consumed=True)
+        self._on_disk = self.queue.holds_until_finished
         self.paused = False
         self.exiting = False
         self.in_flight: DeadlineQueue[InFlightMessage] = DeadlineQueue()
@@ -108,12 +113,14 @@ class Channel:
     def put_from_disk(self, records: list[bytes]) -> None:
         """Messages from the topic's disk queue, as records (size prefix included). What the consumers can take now
         or memory can hold is decoded; the rest goes to this channel's disk queue as it is, never decoded."""
-        room = self.queue.room + self.room_in_clients()
+        room = self.queue.room + (0 if self._on_disk else self.room_in_clients())
         if room:
             self.put_new([decode(record, 4) for record in records[:room]])
         if len(records) > room:
             self.message_count += len(records) - room
             self.queue.put_records(records[room:])
+            if self._on_disk:
+                self._drain()
 
     def put_deferred(self, entry: QueuedMessage, delay: float, now: float) -> None:
         self.message_count += 1
@@ -122,11 +129,15 @@ class Channel:
     def put(self, entry: QueuedMessage) -> None:
         """A message accepted earlier (requeued, timed out, due): delivered, or queued."""
         entries = [entry]
-        if not self._deliver_now(entries):
+        if self._on_disk:
+            self.queue.put(entries, keep_refused=True)
+            self._drain()
+        elif not self._deliver_now(entries):
             self.queue.put(entries, keep_refused=True)
 
     def _deliver(self, client: Client, entry: QueuedMessage, now: float) -> None:
         if client.sample_rate and _percentile() > client.sample_rate:
+            self.queue.release(entry[0])
             return  # NSQ's sampling: the message is gone for the whole channel
         msg = InFlightMessage(entry, client, now, now + client.msg_timeout)
         self.delivered_count += 1
@@ -223,6 +234,8 @@ class Channel:
         if msg is None or msg.client is not client:
             raise ChannelError("ID not in flight" if msg is None else "client does not own message")
         self.in_flight.pop(msg_id)
+        if self._on_disk:
+            self.queue.release(msg_id)
         client.finished()
         if self.e2e is not None:
             self.e2e.add(time.time_ns() - msg.timestamp, time.monotonic())

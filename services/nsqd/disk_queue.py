@@ -14,6 +14,12 @@ recorded write position are recovered, and a torn record at the end of the last 
 
 A record that cannot be read (a size out of bounds, or a file that ends mid-record) makes its whole file
 ``.bad``: renamed, logged, and reading goes on with the next file.
+
+A queue that holds what it hands out until it is finished (``hold_key``, a channel's at ``--mem-queue-size=0``)
+records the position of every record it read, under the record's key (the message ID), until ``release(key)``.
+The metadata then names the oldest record still held as the read position, and a file is deleted only once
+everything in it is released: a process killed while messages are in flight or deferred reads them again at its
+next start (duplicates of the ones finished after them, never a loss).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -51,7 +58,7 @@ class DiskQueue:
     dropped_count = 0  # it keeps every message it is given
 
     def __init__(self, name: str, data_path: Path, max_bytes_per_file: int, max_msg_size: int,
-                 sync_every: int) -> None:
+                 sync_every: int, hold_key: Callable[[bytes], bytes] | None = None) -> None:
         self.name = name
         self._data_path = data_path
         self._max_bytes_per_file = max_bytes_per_file
@@ -59,6 +66,11 @@ class DiskQueue:
         self._sync_every = sync_every
         self._unsynced = 0
         self._positions = self._load_positions()
+        self._first_file = self._positions.read_file  # the oldest file still on disk
+        # what was read and is not finished yet: key -> (file, position, number of records read before it)
+        self._hold_key = hold_key
+        self._held: OrderedDict[bytes, tuple[int, int, int]] = OrderedDict()
+        self._read_count = 0
         self._write_fd: int | None = None
         self._reader: _Reader | None = None
         self._deleted = False
@@ -76,6 +88,10 @@ class DiskQueue:
     @property
     def meta_path(self) -> Path:
         return self._data_path / f"{self.name}.diskqueue.meta.dat"
+
+    @property
+    def holds(self) -> bool:
+        return self._hold_key is not None
 
     @property
     def sync_due(self) -> bool:
@@ -183,11 +199,47 @@ class DiskQueue:
                     continue
                 self._bad_read_file()
                 continue
+            if self._hold_key is not None:
+                self._hold(taken, positions.read_file, positions.read_pos, framed)
             positions.read_pos = reader.position
             positions.depth -= len(taken)
             self._unsynced += len(taken)
             payloads += taken
         return payloads
+
+    def _hold(self, taken: list[bytes], file: int, position: int, framed: bool) -> None:
+        assert self._hold_key is not None and not framed, "held records are read as payloads"
+        held, key = self._held, self._hold_key
+        for payload in taken:
+            record_key = key(payload)
+            held.pop(record_key, None)  # an older copy of the same message: this one holds it now
+            held[record_key] = (file, position, self._read_count)
+            self._read_count += 1
+            position += 4 + len(payload)
+
+    def release(self, key: bytes) -> None:
+        """The message read under ``key`` is finished (or safe elsewhere): a restart need not read it again."""
+        if self._held.pop(key, None) is not None:
+            self._unsynced += 1
+
+    def release_all(self) -> None:
+        self._held.clear()
+
+    def _start_of_held(self) -> tuple[int, int, int]:
+        """Where a restart must start reading: (file, position, records from there already read)."""
+        oldest = next(iter(self._held.values()), None)
+        if oldest is None:
+            return self._positions.read_file, self._positions.read_pos, 0
+        file, position, read_before = oldest
+        return file, position, self._read_count - read_before
+
+    def _read_files_done(self) -> list[Path]:
+        """The files read to their end that hold nothing unfinished, to delete; from now on not counted as on
+        disk."""
+        keep_from = self._start_of_held()[0]
+        done = [self.file_path(number) for number in range(self._first_file, keep_from)]
+        self._first_file = max(self._first_file, keep_from)
+        return done
 
     def _open_reader(self) -> _Reader | None:
         if self._reader is None:
@@ -203,11 +255,13 @@ class DiskQueue:
             self._reader = None
 
     def _finish_read_file(self) -> None:
-        """The read file is read to its end: delete it and go on with the next."""
+        """The read file is read to its end: go on with the next, deleting it unless it holds something
+        unfinished."""
         self._close_reader()
-        self.file_path(self._positions.read_file).unlink(missing_ok=True)
         self._positions.read_file += 1
         self._positions.read_pos = 0
+        for path in self._read_files_done():
+            path.unlink(missing_ok=True)
 
     def _bad_read_file(self) -> None:
         path = self.file_path(self._positions.read_file)
@@ -238,6 +292,10 @@ class DiskQueue:
         # its own descriptor: the queue may close or roll its file while the job runs
         fd = os.dup(self._write_fd) if self._write_fd is not None else None
         snapshot = Positions(**vars(self._positions))
+        if self._held:
+            snapshot.read_file, snapshot.read_pos, read_again = self._start_of_held()
+            snapshot.depth += read_again
+        done_files = self._read_files_done()
 
         def run() -> None:
             try:
@@ -248,6 +306,8 @@ class DiskQueue:
                     os.close(fd)
             if not self._deleted:
                 _write_meta(self.meta_path, snapshot)
+            for path in done_files:  # once the metadata no longer names them
+                path.unlink(missing_ok=True)
 
         return run
 
@@ -266,10 +326,12 @@ class DiskQueue:
     def empty(self) -> None:
         """Drops every message: deletes the files from the read file to the write file, as NSQ's does."""
         self.release_files()
-        for number in range(self._positions.read_file, self._positions.write_file + 1):
+        for number in range(self._first_file, self._positions.write_file + 1):
             self.file_path(number).unlink(missing_ok=True)
         next_file = self._positions.write_file + 1
         self._positions = Positions(0, next_file, 0, next_file, 0)
+        self._first_file = next_file
+        self._held.clear()
         self.sync_job()()
 
     def delete(self) -> None:

@@ -57,3 +57,8 @@ def decode(payload: bytes, offset: int = 0) -> QueuedMessage:
     """The message ``encode`` wrote, from ``offset`` (4 for a record read with its size prefix)."""
     timestamp, attempts = _DISK_HEADER.unpack_from(payload, offset)
     return (payload[offset + 10:offset + 26], payload[offset + 26:], timestamp, attempts)
+
+
+def message_id(payload: bytes) -> bytes:
+    """The ID of the message ``encode`` wrote."""
+    return payload[10:26]

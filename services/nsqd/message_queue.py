@@ -3,6 +3,10 @@
 The backend is the name's disk queue, or ``NullBackend`` for an ephemeral name, which keeps nothing: what memory
 cannot hold is dropped and counted, as NSQ's ephemeral topics and channels do. ``depth`` counts both parts.
 
+At ``--mem-queue-size=0`` a channel's queue keeps every message on disk until it is finished: its disk queue holds
+what it hands out (see disk_queue.py) until ``release``, and a message put back (requeued, timed out, due) is
+written again before the copy it was read from is released.
+
 A write the disk refuses is reported to nsqd's health and leaves the choice to the caller: the messages either
 stay in memory (a channel: nothing accepted is dropped) or are refused as a whole, nothing of them queued (a
 topic: the publish fails). A write that succeeds reports health restored.
@@ -18,7 +22,7 @@ from shared.names import is_ephemeral
 
 from .disk_queue import DiskQueue
 from .health import Health
-from .message import QueuedMessage, decode, encode
+from .message import QueuedMessage, decode, encode, message_id
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,6 +39,10 @@ class Backend(Protocol):
     dropped_count: int
 
     @property
+    def holds(self) -> bool:
+        """Whether it keeps what it hands out until released."""
+
+    @property
     def depth(self) -> int: ...
 
     def put(self, payloads: list[bytes]) -> None: ...
@@ -42,6 +50,10 @@ class Backend(Protocol):
     def put_records(self, records: list[bytes]) -> None: ...
 
     def read(self, max_count: int, framed: bool = False) -> list[bytes]: ...
+
+    def release(self, key: bytes) -> None: ...
+
+    def release_all(self) -> None: ...
 
     def save_deferred(self, messages: list[tuple[int, bytes]]) -> None: ...
 
@@ -58,6 +70,7 @@ class NullBackend:
     """An ephemeral name's backend: holds nothing, counts what it was given as dropped."""
 
     depth = 0
+    holds = False
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -71,6 +84,12 @@ class NullBackend:
 
     def read(self, max_count: int, framed: bool = False) -> list[bytes]:
         return []
+
+    def release(self, key: bytes) -> None:
+        pass
+
+    def release_all(self) -> None:
+        pass
 
     def save_deferred(self, messages: list[tuple[int, bytes]]) -> None:
         pass
@@ -93,6 +112,7 @@ class MessageQueue:
                  forget: Callable[[Backend], None]) -> None:
         self.memory: deque[QueuedMessage] = deque()
         self.backend = backend
+        self.holds_until_finished = backend.holds
         self._memory_size = memory_size
         self._health = health
         self._forget = forget  # tells the storage the backend's files are gone
@@ -130,6 +150,9 @@ class MessageQueue:
             self.memory.extend(entries)
             return
         self._written()
+        if self.holds_until_finished:
+            for entry in entries:  # written again: the copies read before need not be kept
+                self.backend.release(entry[0])
         if room:
             self.memory.extend(entries[:room])
 
@@ -150,6 +173,10 @@ class MessageQueue:
     def _written(self) -> None:
         if self._health.error is not None:
             self._health.write_succeeded()
+
+    def release(self, msg_id: bytes) -> None:
+        """The message is finished: its disk copy need not survive a crash any more."""
+        self.backend.release(msg_id)
 
     def fill_memory(self, max_count: int) -> bool:
         """Moves up to ``max_count`` messages from the backend to memory; False if there were none."""
@@ -185,6 +212,7 @@ class MessageQueue:
         try:
             self.backend.put([encode(entry) for entry in entries])
             self.backend.save_deferred(deferred)
+            self.backend.release_all()  # all safe in their new copies
         except OSError as error:
             log.error("failed to flush the messages of %s to disk - %s", self.backend.name, error)
         self.backend.close()
@@ -201,14 +229,17 @@ class Storage:
         self.queues: dict[str, DiskQueue] = {}
         self._opts = opts
 
-    def open(self, name: str) -> MessageQueue:
-        return MessageQueue(self._backend(name), self._opts.mem_queue_size, self.health, self._forget)
+    def open(self, name: str, consumed: bool = False) -> MessageQueue:
+        """``consumed``: a channel's queue, which at ``--mem-queue-size=0`` keeps messages on disk until they are
+        finished."""
+        backend = self._backend(name, hold=consumed and self._opts.mem_queue_size == 0)
+        return MessageQueue(backend, self._opts.mem_queue_size, self.health, self._forget)
 
-    def _backend(self, name: str) -> Backend:
+    def _backend(self, name: str, hold: bool) -> Backend:
         if self.data_path is None or is_ephemeral(name):
             return NullBackend(name)
         queue = DiskQueue(name, self.data_path, self._opts.max_bytes_per_file, self._opts.max_msg_size,
-                          self._opts.sync_every)
+                          self._opts.sync_every, hold_key=message_id if hold else None)
         self.queues[name] = queue
         return queue
 

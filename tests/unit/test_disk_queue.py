@@ -26,10 +26,17 @@ def close_queues() -> Iterator[None]:
         _opened.pop().release_files()
 
 
-def make(path: Path, max_bytes: int = 1 << 20, sync_every: int = 2500, name: str = "t") -> DiskQueue:
-    queue = DiskQueue(name, path, max_bytes_per_file=max_bytes, max_msg_size=1000, sync_every=sync_every)
+def make(path: Path, max_bytes: int = 1 << 20, sync_every: int = 2500, name: str = "t",
+         holding: bool = False) -> DiskQueue:
+    queue = DiskQueue(name, path, max_bytes_per_file=max_bytes, max_msg_size=1000, sync_every=sync_every,
+                      hold_key=first_ten_bytes if holding else None)
     _opened.append(queue)
     return queue
+
+
+def first_ten_bytes(payload: bytes) -> bytes:
+    """The key of ``payload(n)``."""
+    return payload[:10]
 
 
 def read_all(queue: DiskQueue) -> list[bytes]:
@@ -226,3 +233,44 @@ def test_a_record_still_being_written_is_not_read(tmp_path: Path) -> None:
         file.write(struct.pack(">i", 40) + b"0000000002")
     assert queue.read(10) == [payload(1)]
     assert queue.read(10) == []
+
+
+def test_a_holding_queue_restarts_from_the_oldest_unfinished_record(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200, holding=True)  # 44-byte records: 4 a file
+    queue.put([payload(i) for i in range(10)])
+    assert read_all(queue) == [payload(i) for i in range(10)]
+    for n in (0, 1, 2, 3, 4, 6, 9):
+        queue.release(b"%010d" % n)
+    queue.sync_job()()
+    # 5 is the oldest unfinished: the files from its own on stay, and the next start reads from it
+    assert sorted(p.name for p in tmp_path.glob("t.diskqueue.0*.dat")) == [
+        "t.diskqueue.000001.dat", "t.diskqueue.000002.dat"]
+    queue.release_files()  # killed
+    again = make(tmp_path, max_bytes=200, holding=True)
+    assert again.depth == 5
+    assert read_all(again) == [payload(i) for i in range(5, 10)]
+
+
+def test_a_holding_queue_deletes_files_once_everything_in_them_is_released(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200, holding=True)
+    queue.put([payload(i) for i in range(6)])
+    read_all(queue)
+    queue.sync_job()()
+    assert (tmp_path / "t.diskqueue.000000.dat").exists()
+    for n in range(6):
+        queue.release(b"%010d" % n)
+    queue.sync_job()()
+    assert not (tmp_path / "t.diskqueue.000000.dat").exists()
+    assert (tmp_path / "t.diskqueue.meta.dat").read_text() == "0\n1,88\n1,88\n"
+
+
+def test_a_record_read_again_holds_its_message_in_place_of_the_older_copy(tmp_path: Path) -> None:
+    queue = make(tmp_path, holding=True)
+    queue.put([payload(0), payload(1)])
+    read_all(queue)
+    queue.put([payload(0)])  # message 0 requeued: written again
+    assert read_all(queue) == [payload(0)]
+    queue.release(b"%010d" % 1)
+    queue.sync_job()()
+    # message 0's newer copy is what a restart must find: it starts after the older one
+    assert (tmp_path / "t.diskqueue.meta.dat").read_text() == "1\n0,88\n0,132\n"
