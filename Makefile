@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test typecheck unit browser bench clean wheels
+.PHONY: up test typecheck unit test-programs bench clean wheels
 
 $(STAMP): pyproject.toml shared/version.py
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
@@ -18,7 +18,7 @@ up: $(STAMP)
 	$(BIN)/python deploy/run_local.py $(if $(DATA_PATH),--data-path=$(DATA_PATH)) $(ARGS)
 
 ## run every test: type checks, unit tests, functional tests against real processes
-test: $(STAMP) typecheck browser
+test: $(STAMP) typecheck test-programs
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 typecheck: $(STAMP)
@@ -27,16 +27,18 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-## Debian's chromium for the admin's browser tests (Playwright drives it and never downloads a browser); without
-## root, passwordless sudo or apt-get those tests are skipped rather than failed
-CHROMIUM := /usr/bin/chromium
-browser:
-	@test -x $(CHROMIUM) || { \
-	  if ! command -v apt-get >/dev/null; then echo "no apt-get: browser tests will be skipped"; exit 0; fi; \
+## Debian's packages some tests drive: chromium for the admin's browser tests (Playwright drives it and never
+## downloads a browser), strace to kill nsqd at a chosen system call, iproute2 and iptables for network partitions;
+## without root, passwordless sudo or apt-get those tests are skipped rather than failed
+TEST_PROGRAMS := /usr/bin/chromium /usr/bin/strace /usr/sbin/ip /usr/sbin/iptables
+TEST_PACKAGES := chromium strace iproute2 iptables
+test-programs:
+	@for program in $(TEST_PROGRAMS); do test -x $$program || missing=1; done; test -z "$$missing" || { \
+	  if ! command -v apt-get >/dev/null; then echo "no apt-get: tests needing $(TEST_PACKAGES) will be skipped"; exit 0; fi; \
 	  if [ "$$(id -u)" -eq 0 ]; then sudo=""; \
 	  elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
-	  else echo "$(CHROMIUM) missing and no root or passwordless sudo: browser tests will be skipped"; exit 0; fi; \
-	  $$sudo env DEBIAN_FRONTEND=noninteractive sh -c 'apt-get update -qq && apt-get install -y -qq -o Dpkg::Use-Pty=0 chromium'; }
+	  else echo "no root or passwordless sudo: tests needing $(TEST_PACKAGES) will be skipped"; exit 0; fi; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive sh -c 'apt-get update -qq && apt-get install -y -qq -o Dpkg::Use-Pty=0 $(TEST_PACKAGES)'; }
 
 ## wheels for the Docker images (deploy/wheels): every dependency, built here so that an image build needs no
 ## package index (OFFLINE=1); the pipeline's (PySpark, pyarrow) apart, so the services image does not carry them

@@ -43,7 +43,7 @@ class Channel:
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = is_ephemeral(name)
-        self.queue = storage.open(f"{topic_name}:{name}", consumed=True)
+        self.queue = storage.open(f"{topic_name}:{name}", channel=True)
         self._on_disk = self.queue.holds_until_finished
         self.paused = False
         self.exiting = False

@@ -27,9 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections import OrderedDict
 from dataclasses import dataclass
-from itertools import chain
+from itertools import accumulate, chain, count, repeat
 from pathlib import Path
 from typing import Callable
 
@@ -69,7 +68,7 @@ class DiskQueue:
         self._first_file = self._positions.read_file  # the oldest file still on disk
         # what was read and is not finished yet: key -> (file, position, number of records read before it)
         self._hold_key = hold_key
-        self._held: OrderedDict[bytes, tuple[int, int, int]] = OrderedDict()
+        self._held: dict[bytes, tuple[int, int, int]] = {}  # in read order
         self._read_count = 0
         self._write_fd: int | None = None
         self._reader: _Reader | None = None
@@ -209,13 +208,15 @@ class DiskQueue:
 
     def _hold(self, taken: list[bytes], file: int, position: int, framed: bool) -> None:
         assert self._hold_key is not None and not framed, "held records are read as payloads"
-        held, key = self._held, self._hold_key
-        for payload in taken:
-            record_key = key(payload)
-            held.pop(record_key, None)  # an older copy of the same message: this one holds it now
-            held[record_key] = (file, position, self._read_count)
-            self._read_count += 1
-            position += 4 + len(payload)
+        held, keys = self._held, list(map(self._hold_key, taken))
+        before = len(held)
+        starts = accumulate((4 + len(payload) for payload in taken), initial=position)
+        held.update(zip(keys, zip(repeat(file), starts, count(self._read_count))))
+        self._read_count += len(taken)
+        if len(held) - before < len(taken):
+            # a message read again (an older copy a crash left behind): held where its newer copy is, in read order
+            for key in keys:
+                held[key] = held.pop(key)
 
     def release(self, key: bytes) -> None:
         """The message read under ``key`` is finished (or safe elsewhere): a restart need not read it again."""

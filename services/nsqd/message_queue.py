@@ -113,6 +113,8 @@ class MessageQueue:
         self.memory: deque[QueuedMessage] = deque()
         self.backend = backend
         self.holds_until_finished = backend.holds
+        # release(message ID): the message is finished, its disk copy need not survive a crash any more
+        self.release = backend.release
         self._memory_size = memory_size
         self._health = health
         self._forget = forget  # tells the storage the backend's files are gone
@@ -174,10 +176,6 @@ class MessageQueue:
         if self._health.error is not None:
             self._health.write_succeeded()
 
-    def release(self, msg_id: bytes) -> None:
-        """The message is finished: its disk copy need not survive a crash any more."""
-        self.backend.release(msg_id)
-
     def fill_memory(self, max_count: int) -> bool:
         """Moves up to ``max_count`` messages from the backend to memory; False if there were none."""
         if not self.backend.depth:
@@ -229,10 +227,10 @@ class Storage:
         self.queues: dict[str, DiskQueue] = {}
         self._opts = opts
 
-    def open(self, name: str, consumed: bool = False) -> MessageQueue:
-        """``consumed``: a channel's queue, which at ``--mem-queue-size=0`` keeps messages on disk until they are
+    def open(self, name: str, channel: bool = False) -> MessageQueue:
+        """``channel``: a channel's queue, which at ``--mem-queue-size=0`` keeps messages on disk until they are
         finished."""
-        backend = self._backend(name, hold=consumed and self._opts.mem_queue_size == 0)
+        backend = self._backend(name, hold=channel and self._opts.mem_queue_size == 0)
         return MessageQueue(backend, self._opts.mem_queue_size, self.health, self._forget)
 
     def _backend(self, name: str, hold: bool) -> Backend:

@@ -102,11 +102,11 @@ def test_delete_removes_the_files(tmp_path: Path) -> None:
 def restarted(tmp_path: Path, queue: MessageQueue) -> list[bytes]:
     """What a restart after a kill finds in ``queue`` (synced first, as the sync loop would have)."""
     queue.backend.close()
-    return bodies(storage(tmp_path, mem_queue_size=0).open(queue.backend.name, consumed=True))
+    return bodies(storage(tmp_path, mem_queue_size=0).open(queue.backend.name, channel=True))
 
 
 def test_at_mem_queue_size_0_a_channel_keeps_on_disk_what_is_not_finished(tmp_path: Path) -> None:
-    queue = storage(tmp_path, mem_queue_size=0).open("t:c", consumed=True)
+    queue = storage(tmp_path, mem_queue_size=0).open("t:c", channel=True)
     assert queue.holds_until_finished
     queue.put([message(n) for n in range(4)], keep_refused=False)
     queue.fill_memory(4)
@@ -118,15 +118,15 @@ def test_at_mem_queue_size_0_a_channel_keeps_on_disk_what_is_not_finished(tmp_pa
 
 
 def test_a_clean_exit_releases_what_it_wrote_again(tmp_path: Path) -> None:
-    queue = storage(tmp_path, mem_queue_size=0).open("t:c", consumed=True)
+    queue = storage(tmp_path, mem_queue_size=0).open("t:c", channel=True)
     queue.put([message(n) for n in range(3)], keep_refused=False)
     queue.fill_memory(3)
     in_flight = queue.take_memory()
     queue.release(in_flight[0][0])
     queue.flush_to_disk(in_flight[1:], [])  # the others written again: their older copies are not read again
-    assert bodies(storage(tmp_path, mem_queue_size=0).open("t:c", consumed=True)) == [b"body1", b"body2"]
+    assert bodies(storage(tmp_path, mem_queue_size=0).open("t:c", channel=True)) == [b"body1", b"body2"]
 
 
 def test_topics_and_a_memory_queue_do_not_hold(tmp_path: Path) -> None:
     assert not storage(tmp_path, mem_queue_size=0).open("t").holds_until_finished
-    assert not storage(tmp_path, mem_queue_size=2).open("t:c", consumed=True).holds_until_finished
+    assert not storage(tmp_path, mem_queue_size=2).open("t:c", channel=True).holds_until_finished
