@@ -142,13 +142,17 @@ class LookupPeer:
 
     async def _serve(self) -> None:
         assert self._reader is not None
+        loop = asyncio.get_running_loop()
+        # every PING_INTERVAL whatever else is sent: lookupd counts a producer active while it pings, and changes
+        # (ephemeral channels come and go all the time) must not put the next PING off
+        next_ping = loop.time() + PING_INTERVAL
         while True:
             await self._sync()
             # lookupd sends nothing unasked, so a read that completes means it went away: reconnect at once
             # instead of at the next PING
             gone = asyncio.ensure_future(self._reader.read(1))
             changed = asyncio.ensure_future(self._changed.wait())
-            done, pending = await asyncio.wait({gone, changed}, timeout=PING_INTERVAL,
+            done, pending = await asyncio.wait({gone, changed}, timeout=max(next_ping - loop.time(), 0.0),
                                                return_when=asyncio.FIRST_COMPLETED)
             for future in pending:
                 future.cancel()
@@ -156,8 +160,9 @@ class LookupPeer:
             if gone in done:
                 error = gone.exception()
                 raise LookupdError(f"connection closed by lookupd{f' ({error})' if error else ''}")
-            if not done:
+            if loop.time() >= next_ping:
                 await self._command(b"PING\n")
+                next_ping = loop.time() + PING_INTERVAL
 
     async def _sync(self) -> None:
         self._changed.clear()
