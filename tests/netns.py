@@ -67,7 +67,6 @@ class Network:
         self._tag = f"{os.getpid()}-{token:04x}"
         self._root_interface = f"nsq{os.getpid():x}{token:04x}"  # at most 15 characters
         self._subnet = ""  # "10.19.N", once taken
-        self._cuts: set[tuple[str, ...]] = set()
 
     def __enter__(self) -> Network:
         remove_leftovers()
@@ -107,13 +106,11 @@ class Network:
         rules = self._rules(node, peer, port)
         for rule in rules:
             self.run(node, ["iptables", "-I", *rule, "-j", "DROP"])
-        self._cuts.add((node, peer, str(port)))
 
     def heal(self, node: str, peer: str, port: int | None = None) -> None:
         """Removes what :meth:`cut` with the same arguments added."""
         for rule in self._rules(node, peer, port):
             self.run(node, ["iptables", "-D", *rule, "-j", "DROP"])
-        self._cuts.discard((node, peer, str(port)))
 
     def close(self) -> None:
         """Deletes every namespace of the network, which removes its interfaces (the root's, whose peer is in the

@@ -32,7 +32,7 @@ from tests.wire import WireClient
 
 # longer than nsqd's ping interval (15 s), or lookupd would drop an nsqd that is fine
 INACTIVE_PRODUCER_TIMEOUT = 20.0
-MSG_TIMEOUT = 2.0
+MSG_TIMEOUT = 2.0  # nsqd's --msg-timeout: what a consumer cut off held comes back this soon
 HEARTBEAT_INTERVAL = 2.0  # what the consumers cut off ask for in IDENTIFY: nsqd drops them after twice that
 TOPIC, CHANNEL = "t", "c"
 # After a heal, how soon lookupd closes the connection nsqd gave up during the partition (lookupd never writes
