@@ -18,14 +18,23 @@ def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+# TCP keep-alive of the connections a listener accepts, as Go's listeners (NSQ's) set it: a probe after 15 s of
+# silence, then every 15 s. A peer gone without a word (a partition, a host that died) is found out even on a
+# connection nothing is written to: lookupd answers nsqd and never writes unasked, so without probes the
+# connection of an nsqd that reconnected after a partition stayed open, with its registrations, for ever.
+KEEPALIVE = 15
+
+
 def listening_socket(address: str, backlog: int = 1024) -> socket.socket:
-    """A non-blocking socket listening on ``host:port``. Binding it here, from a numeric address, keeps the
-    event loop from resolving the address on a thread pool (uvloop starts four threads for that)."""
+    """A non-blocking socket listening on ``host:port``; the connections it accepts inherit its TCP keep-alive
+    (``KEEPALIVE``). Binding it here, from a numeric address, keeps the event loop from resolving the address on a
+    thread pool (uvloop starts four threads for that)."""
     host, port = split_host_port(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        _keep_alive(sock)
         sock.bind((host, port))
         sock.listen(backlog)
         sock.setblocking(False)
@@ -33,3 +42,11 @@ def listening_socket(address: str, backlog: int = 1024) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _keep_alive(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    # Linux names the first delay TCP_KEEPIDLE, macOS TCP_KEEPALIVE
+    for name in ("TCP_KEEPIDLE", "TCP_KEEPALIVE", "TCP_KEEPINTVL"):
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), KEEPALIVE)

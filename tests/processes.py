@@ -26,17 +26,19 @@ Description = str | Callable[[], str]  # what wait_for waits for, or how to say 
 
 
 class Service:
-    """What tests use of a service listening on 127.0.0.1, wherever it runs: its ports and its HTTP API."""
+    """What tests use of a service listening on ``host`` (127.0.0.1 unless it runs in a network namespace),
+    wherever it runs: its ports and its HTTP API."""
 
     tcp_port: int
     http_port: int
+    host: str = "127.0.0.1"
 
     @property
     def tcp_address(self) -> tuple[str, int]:
-        return ("127.0.0.1", self.tcp_port)
+        return (self.host, self.tcp_port)
 
     def http_url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.http_port}{path}"
+        return f"http://{self.host}:{self.http_port}{path}"
 
     def http(self, method: str, path: str, body: bytes | None = None,
              headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -67,6 +69,7 @@ class NSQDProcess(Service):
     http_port: int
     log_lines: list[str] = field(default_factory=list)
     scratch: Path | None = None  # a data path made for this process alone, removed when it stops
+    host: str = "127.0.0.1"
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
         if self.process.poll() is None:
@@ -170,14 +173,15 @@ def _fail_after(deadline: float, timeout: float, what: Description, answer: obje
 
 
 def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15,
-               program: list[str] | None = None) -> NSQDProcess:
-    """``nsqd`` on 127.0.0.1 with ports chosen by the kernel; ``args`` are extra flags. Without ``data_path`` its
+               program: list[str] | None = None, host: str = "127.0.0.1") -> NSQDProcess:
+    """``nsqd`` on ``host`` with ports chosen by the kernel; ``args`` are extra flags. Without ``data_path`` its
     data goes to a directory of its own, removed when it stops. ``program`` runs another nsqd that takes NSQ's
-    flags (NSQ's own binary, for the benchmark's comparison) instead of this project's."""
+    flags (NSQ's own binary, for the benchmark's comparison) instead of this project's, or this one another way
+    (in a network namespace, tests.netns, listening on that namespace's ``host``)."""
     scratch = Path(tempfile.mkdtemp(prefix="nsqd-")) if data_path is None else None
     try:
-        started = _start("services.nsqd", [*_TCP_AND_HTTP, *args, f"--data-path={data_path or scratch}"],
-                         ("TCP", "HTTP"), timeout, program)
+        started = _start("services.nsqd", [*_tcp_and_http(host), *args, f"--data-path={data_path or scratch}"],
+                         ("TCP", "HTTP"), timeout, program, host)
     except BaseException:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -186,9 +190,11 @@ def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15,
     return started
 
 
-def start_lookupd(*args: str, timeout: float = 15) -> NSQDProcess:
-    """``nsqlookupd`` on 127.0.0.1 with ports chosen by the kernel; ``args`` are extra flags."""
-    return _start("services.lookupd", [*_TCP_AND_HTTP, *args], ("TCP", "HTTP"), timeout)
+def start_lookupd(*args: str, timeout: float = 15, program: list[str] | None = None,
+                  host: str = "127.0.0.1") -> NSQDProcess:
+    """``nsqlookupd`` on ``host`` with ports chosen by the kernel; ``args`` are extra flags; ``program`` as for
+    :func:`start_nsqd`."""
+    return _start("services.lookupd", [*_tcp_and_http(host), *args], ("TCP", "HTTP"), timeout, program, host)
 
 
 def start_admin(*args: str, data_path: Path, timeout: float = 15) -> NSQDProcess:
@@ -203,11 +209,12 @@ def start_auth_server(rules: Path, timeout: float = 15) -> NSQDProcess:
     return _start("apps.nsq_auth_server", ["--http-address=127.0.0.1:0", "--rules", str(rules)], ("HTTP",), timeout)
 
 
-_TCP_AND_HTTP = ("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", "--broadcast-address=127.0.0.1")
+def _tcp_and_http(host: str) -> list[str]:
+    return [f"--tcp-address={host}:0", f"--http-address={host}:0", f"--broadcast-address={host}"]
 
 
 def _start(module: str, args: list[str], listeners: tuple[str, ...], timeout: float,
-           program: list[str] | None = None) -> NSQDProcess:
+           program: list[str] | None = None, host: str = "127.0.0.1") -> NSQDProcess:
     command = [*(program or [sys.executable, "-m", module]), *args]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -228,4 +235,4 @@ def _start(module: str, args: list[str], listeners: tuple[str, ...], timeout: fl
         process.wait()
         process.stdout.close()
         raise RuntimeError(f"{module} did not start:\n" + "\n".join(lines))
-    return NSQDProcess(process, ports.get("TCP", 0), ports["HTTP"], lines)
+    return NSQDProcess(process, ports.get("TCP", 0), ports["HTTP"], lines, host=host)

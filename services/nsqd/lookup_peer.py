@@ -3,7 +3,9 @@
 Each peer keeps a connection to its lookupd (magic ``"  V1"``, IDENTIFY with nsqd's broadcast address and ports),
 registers every topic and channel nsqd has, follows creations and deletions with REGISTER/UNREGISTER, and PINGs
 every 15 s. When the connection fails it reconnects with a growing delay and registers everything again, so a
-restarted lookupd learns the whole node back on its own.
+restarted lookupd learns the whole node back on its own. The delay stops growing where the longest wait and one
+connection attempt still fit in a ping interval: a lookupd that comes back, or a network that heals, has the node
+registered again within one ping interval, as with NSQ (which reconnects at its next PING).
 
 What to register is a set, ``{(topic, "")} | {(topic, channel)}``, recomputed from nsqd's topics whenever they
 change; a peer sends the difference between that and what it registered on its current connection.
@@ -34,11 +36,17 @@ log = logging.getLogger("nsqd")
 
 PING_INTERVAL = 15.0
 CONNECT_TIMEOUT = 3.0
-MAX_RECONNECT_DELAY = 15.0
+MAX_RECONNECT_DELAY = PING_INTERVAL - CONNECT_TIMEOUT
 
 _SIZE = struct.Struct(">i")
 
 Registration = tuple[str, str]
+
+
+def reconnect_delay(failures: int) -> float:
+    """Seconds to wait after ``failures`` (1 or more) connections or attempts in a row failed: 1, 2, 4, 8, then
+    ``MAX_RECONNECT_DELAY``."""
+    return min(2.0 ** (failures - 1), MAX_RECONNECT_DELAY)
 
 
 def registrations(topics: dict[str, Topic]) -> set[Registration]:
@@ -108,18 +116,18 @@ class LookupPeer:
         self._changed.set()
 
     async def _run(self) -> None:
-        delay = 1.0
+        failures = 0
         while not self._stopping:
             try:
                 await self._connect()
-                delay = 1.0
+                failures = 0
                 await self._serve()
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, LookupdError, ValueError) as error:
+                failures += 1
                 log.error("LOOKUPD(%s): %s - reconnecting in %.0fs", self.address, describe(error),
-                          delay)
+                          reconnect_delay(failures))
             self._close()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, MAX_RECONNECT_DELAY)
+            await asyncio.sleep(reconnect_delay(failures))
 
     async def _connect(self) -> None:
         host, port = split_host_port(self.address)
@@ -134,13 +142,17 @@ class LookupPeer:
 
     async def _serve(self) -> None:
         assert self._reader is not None
+        loop = asyncio.get_running_loop()
+        # every PING_INTERVAL whatever else is sent: lookupd counts a producer active while it pings, and changes
+        # (ephemeral channels come and go all the time) must not put the next PING off
+        next_ping = loop.time() + PING_INTERVAL
         while True:
             await self._sync()
             # lookupd sends nothing unasked, so a read that completes means it went away: reconnect at once
             # instead of at the next PING
             gone = asyncio.ensure_future(self._reader.read(1))
             changed = asyncio.ensure_future(self._changed.wait())
-            done, pending = await asyncio.wait({gone, changed}, timeout=PING_INTERVAL,
+            done, pending = await asyncio.wait({gone, changed}, timeout=max(next_ping - loop.time(), 0.0),
                                                return_when=asyncio.FIRST_COMPLETED)
             for future in pending:
                 future.cancel()
@@ -148,8 +160,9 @@ class LookupPeer:
             if gone in done:
                 error = gone.exception()
                 raise LookupdError(f"connection closed by lookupd{f' ({error})' if error else ''}")
-            if not done:
+            if loop.time() >= next_ping:
                 await self._command(b"PING\n")
+                next_ping = loop.time() + PING_INTERVAL
 
     async def _sync(self) -> None:
         self._changed.clear()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from services.nsqd.lookup_peer import PING_INTERVAL
 from tests.conftest import FAST_SCAN
 from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
 from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
@@ -74,6 +78,27 @@ def test_a_restarted_lookupd_gets_everything_registered_again(tmp_path: Path) ->
         lookupd = start_lookupd(f"--tcp-address=127.0.0.1:{port}")  # same port, empty memory
         wait_for(lambda: producer_ports(lookupd, "kept") == {nsqd.tcp_port}, 8.0, "nsqd registered again")
         assert (lookup(lookupd, "kept") or {}).get("channels") == ["c"]
+    finally:
+        nsqd.stop()
+        lookupd.stop()
+
+
+@pytest.mark.slow
+def test_an_nsqd_whose_channels_keep_changing_still_pings(tmp_path: Path) -> None:
+    # lookupd counts a producer active while it PINGs; registrations do not count (as in NSQ)
+    timeout = PING_INTERVAL + 2
+    lookupd = start_lookupd(f"--inactive-producer-timeout={timeout:g}s")
+    nsqd = start_nsqd(*FAST_SCAN, f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", data_path=tmp_path)
+    try:
+        nsqd.http("POST", "/topic/create?topic=t")
+        wait_for(lambda: producer_ports(lookupd, "t") == {nsqd.tcp_port}, what="nsqd registered")
+        registered = time.monotonic()
+        for n in itertools.count():  # a channel every second (ephemeral channels come and go that often)
+            assert nsqd.http("POST", f"/channel/create?topic=t&channel=c{n}")[0] == 200
+            if time.monotonic() - registered > timeout + 1:
+                break
+            time.sleep(1)
+        assert producer_ports(lookupd, "t") == {nsqd.tcp_port}, "lookupd dropped a connected nsqd"
     finally:
         nsqd.stop()
         lookupd.stop()

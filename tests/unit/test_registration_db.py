@@ -43,3 +43,18 @@ def test_active_filters_inactive_and_tombstoned_producers() -> None:
     assert active(db.find_producers("topic", "t", ""), 160.0, 600.0, 45.0) == [
         p for p in db.find_producers("topic", "t", "") if p.peer.id == stale.id]
     assert fresh.id in [p.peer.id for p in active(db.find_producers("topic", "t", ""), 196.0, 600.0, 45.0)]
+
+
+def test_a_node_back_on_a_new_connection_keeps_its_registrations_when_the_old_one_goes() -> None:
+    # lookupd keys producers by the connection's remote address: the same nsqd from a new port is another producer
+    db = RegistrationDB()
+    old, new = peer(1), peer(1)
+    new.id = new.remote_address = "10.0.0.1:2"
+    keys = [Registration("client", "", ""), Registration("topic", "t", ""), Registration("channel", "t", "c")]
+    for key in keys:
+        db.add_producer(key, old)
+        db.add_producer(key, new)
+    for key in db.lookup_registrations(old.id):
+        db.remove_producer(key, old.id)
+    assert db.lookup_registrations(new.id) == keys
+    assert [p.peer.id for p in db.find_producers("topic", "t", "")] == [new.id]
