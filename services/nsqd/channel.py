@@ -91,6 +91,11 @@ class Channel:
         """Messages from the topic: delivered, or queued. If the disk refuses the ones to queue, they stay in
         memory, or with ``keep_refused=False`` (a publish, not acknowledged yet) OSError is raised and they are
         not this channel's."""
+        if self._on_disk:
+            self.queue.put(entries, keep_refused)
+            self.message_count += len(entries)
+            self._drain()
+            return
         delivered = self._deliver_now(entries)
         self.message_count += delivered
         if delivered < len(entries):
