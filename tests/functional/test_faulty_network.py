@@ -1,0 +1,71 @@
+"""Publishing through a faulty network (``tests.fault_proxy``): delays, bytes lost, a connection gone half-open or
+cut on one side."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from tests.fault_proxy import FaultProxy
+
+
+@asynccontextmanager
+async def echo_server() -> AsyncIterator[tuple[str, int]]:
+    """Sends back what it reads; closes once the client has said all it will."""
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[:2]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_without_faults_the_proxy_forwards_every_byte_and_the_end_of_stream() -> None:
+    rng = random.Random(5)
+    sent = rng.randbytes(3_000_000)
+    async with echo_server() as upstream, FaultProxy(upstream) as proxy:
+        reader, writer = await asyncio.open_connection(*proxy.address)
+        position = 0
+        while position < len(sent):  # writes of every size, up to several chunks
+            size = rng.choice([1, 7, 1000, 65536, 300_000])
+            writer.write(sent[position:position + size])
+            position += size
+        writer.write_eof()  # passed on to the echo server, which then closes: that comes back as the end
+        received = await asyncio.wait_for(reader.read(), 20)
+        writer.close()
+    assert received == sent
+    assert proxy.counts.damaged == 0
+
+
+async def test_a_stall_forwards_nothing_until_resumed_and_a_cut_closes_one_side() -> None:
+    async with echo_server() as upstream, FaultProxy(upstream) as proxy:
+        reader, writer = await asyncio.open_connection(*proxy.address)
+        proxy.stall()
+        writer.write(b"held")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.read(4), 0.3)
+        proxy.resume()
+        assert await asyncio.wait_for(reader.readexactly(4), 5) == b"held"
+
+        proxy.cut("server")  # the echo server sees its connection closed; the client sees nothing
+        writer.write(b"unheard")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.read(1), 0.3)
+        writer.close()
+
+        reader, writer = await asyncio.open_connection(*proxy.address)
+        writer.write(b"x")
+        assert await asyncio.wait_for(reader.readexactly(1), 5) == b"x"
+        proxy.cut("client")
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
