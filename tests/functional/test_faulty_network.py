@@ -10,7 +10,9 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from shared.client import CommandTimeout, Producer
 from tests.fault_proxy import FaultProxy
+from tests.processes import NSQDProcess
 
 
 @asynccontextmanager
@@ -69,3 +71,15 @@ async def test_a_stall_forwards_nothing_until_resumed_and_a_cut_closes_one_side(
         proxy.cut("client")
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
+
+
+async def test_a_publish_on_a_half_open_connection_times_out_and_the_next_one_reconnects(
+        nsqd: NSQDProcess) -> None:
+    async with FaultProxy(nsqd.tcp_address) as proxy, Producer(proxy.address_text, command_timeout=0.5) as producer:
+        await producer.publish("t", b"before")
+        proxy.stall()
+        async with asyncio.timeout(5):
+            with pytest.raises(CommandTimeout, match="no answer within 0.5 s"):
+                await producer.publish("t", b"unanswered")
+        proxy.resume()
+        await producer.publish("t", b"after")
