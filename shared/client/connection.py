@@ -237,10 +237,15 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     def _fail(self, reason: str) -> None:
-        """Nothing more may be sent; the commands still waiting end with ConnectionClosed(reason)."""
+        """Nothing more may be sent; the commands still waiting end with ConnectionClosed(reason) now. What was
+        not written yet is dropped: it belongs to commands that fail, and an nsqd that stopped reading (a
+        connection gone silent) would otherwise hold the close up for ever."""
         self._failed = True
         self._lost_reason = reason
-        self.close()
+        if self.transport is not None:
+            self._output.clear()
+            self._output_size = 0
+            self.transport.abort()
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)

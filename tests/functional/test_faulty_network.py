@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from shared.client import CommandTimeout, Producer
+from shared.client import CommandTimeout, Producer, TransportError
 from tests.fault_proxy import FaultProxy
 from tests.processes import NSQDProcess
 
@@ -83,3 +83,20 @@ async def test_a_publish_on_a_half_open_connection_times_out_and_the_next_one_re
                 await producer.publish("t", b"unanswered")
         proxy.resume()
         await producer.publish("t", b"after")
+
+
+async def test_closing_after_a_timeout_is_not_held_up_by_what_a_silent_nsqd_did_not_read(
+        nsqd: NSQDProcess) -> None:
+    """Megabytes of publishes wait in the socket when the connection goes silent: the timeout fails them all at
+    once, and closing the producer does not wait for them to be written."""
+    async with FaultProxy(nsqd.tcp_address) as proxy:
+        producer = Producer(proxy.address_text, command_timeout=0.5)
+        try:
+            await producer.publish("t", b"before")
+            proxy.stall()
+            outcomes = await asyncio.wait_for(asyncio.gather(
+                *(producer.publish("t", b"x" * 900_000) for _ in range(20)), return_exceptions=True), 5)
+            assert all(isinstance(outcome, TransportError) for outcome in outcomes), outcomes
+            assert sum(isinstance(outcome, CommandTimeout) for outcome in outcomes) >= 1
+        finally:
+            await asyncio.wait_for(producer.close(), 5)
