@@ -76,6 +76,7 @@ class Connection(asyncio.Protocol):
         # what nsqd answered AUTH with (identity, identity_url, permission_count)
         self.auth: dict[str, Any] = {}
         self._lost_reason: str | None = None  # why this end dropped the connection, for the commands it fails
+        self._only_ok = False  # see expect_only_ok
 
     @classmethod
     async def open(cls, host: str, port: int, config: Config,
@@ -155,6 +156,12 @@ class Connection(asyncio.Protocol):
         if hook is not None:
             self._reply_hooks[future] = hook
         return future
+
+    def expect_only_ok(self) -> None:
+        """From now on every command is one nsqd answers with OK or an error (a producer's): any other answer means
+        the stream cannot be read (bytes lost on the way), and ends the connection before anything read after it
+        can be taken for an answer."""
+        self._only_ok = True
 
     @property
     def closed(self) -> bool:
@@ -280,9 +287,13 @@ class Connection(asyncio.Protocol):
                     pending = b"".join(self._codec.decompress(self._decoder.take_buffer()))
 
     def _frame(self, frame_type: int, payload: bytes) -> None:
+        if self._failed:
+            return  # what follows a fatal error, in the same read, answers nothing
         if frame_type == FRAME_TYPE_MESSAGE:
             if self._on_message is not None:
                 self._on_message(decode_message(payload))
+        elif frame_type > FRAME_TYPE_MESSAGE:
+            raise ValueError(f"unknown frame type {frame_type}")
         elif payload == HEARTBEAT and frame_type != FRAME_TYPE_ERROR:
             self.send(b"NOP\n")
         elif frame_type == FRAME_TYPE_ERROR and not payload.startswith(NON_FATAL):
@@ -290,6 +301,9 @@ class Connection(asyncio.Protocol):
             self._answer(error)
             self._fail(f"nsqd closed the connection after {error.code}")
         elif self._waiting:
+            if self._only_ok and payload != b"OK" and frame_type != FRAME_TYPE_ERROR:
+                # raised before the command stops waiting: the connection's end fails it
+                raise ValueError(f"{payload[:32]!r} answered a command only OK or an error can answer")
             future = self._next_waiting()
             hook = self._reply_hooks.pop(future, None) if self._reply_hooks else None
             if not future.done():

@@ -86,7 +86,9 @@ class Producer:
 
     async def _open_to(self, address: str) -> Connection:
         host, port = split_host_port(address)
-        return await Connection.open(host, port, self.config)
+        connection = await Connection.open(host, port, self.config)
+        connection.expect_only_ok()
+        return connection
 
     async def _discover(self) -> list[str]:
         from aiohttp import ClientSession, ClientTimeout

@@ -146,6 +146,30 @@ async def test_an_unreadable_stream_ends_the_connection_with_connection_closed()
                 await producer.publish("t", b"x")
 
 
+@pytest.mark.parametrize("answer", [
+    # a heartbeat that lost bytes on the way, run into the OK after it: a response, but not one a publish can get
+    encode_frame(FRAME_TYPE_RESPONSE, b"_hea" + encode_frame(FRAME_TYPE_RESPONSE, b"OK")[:7]),
+    encode_frame(7, b"OK"),  # no such frame type
+])
+async def test_an_answer_no_publish_can_get_ends_the_connection(answer: bytes) -> None:
+    """A publish is answered OK or with an error frame: anything else is a stream that cannot be read, not a
+    success, and what comes after it on that connection answers nothing."""
+    answers = [answer + encode_frame(FRAME_TYPE_RESPONSE, b"OK"), encode_frame(FRAME_TYPE_RESPONSE, b"OK")]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await identify(reader, writer)
+        await reader.readline()
+        await reader.readexactly(int.from_bytes(await reader.readexactly(4), "big"))
+        writer.write(answers.pop(0))
+        await reader.read()
+
+    async with peer(handle) as address:
+        async with Producer(address) as producer:
+            with pytest.raises(ConnectionClosed, match="cannot be read"):
+                await producer.publish("t", b"garbled answer")
+            await producer.publish("t", b"answered")  # on a new connection
+
+
 async def test_a_publish_never_answered_times_out_even_behind_one_with_a_longer_timeout() -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await identify(reader, writer)
