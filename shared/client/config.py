@@ -48,12 +48,18 @@ class Config:
     auth_secret: str | None = None
     # seconds to connect and identify (TLS and AUTH included); a consumer's SUB and CLS wait as long for nsqd
     connect_timeout: float = 1.0
+    # seconds a publish waits for its answer, then CommandTimeout and the connection is closed: a connection that
+    # went silent (a pulled cable, a peer that stopped reading) is noticed here, TCP alone would wait for ever.
+    # As go-nsq's read_timeout: a healthy nsqd answers sooner, its heartbeats come more often.
+    command_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         if self.snappy and self.deflate:
             raise ValueError("snappy and deflate cannot both be on")
         if self.connect_timeout <= 0:
             raise ValueError("connect_timeout must be positive")
+        if self.command_timeout <= 0:
+            raise ValueError("command_timeout must be positive")
 
     def identify(self) -> dict[str, Any]:
         """The IDENTIFY body."""

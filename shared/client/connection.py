@@ -2,11 +2,12 @@
 deflate, each confirmed by an ``OK``), AUTH when nsqd requires it, then commands answered in order.
 
 nsqd answers the commands that have answers (IDENTIFY, SUB, PUB, MPUB, DPUB, CLS) in the order they were sent,
-so replies are matched to a FIFO of futures and commands can be pipelined. Heartbeats are answered with NOP here;
-message frames go to ``on_message``. Writes made in one turn of the event loop leave in one ``write``, so a
-consumer's FINs and a producer's pipelined publishes cost one system call per turn instead of one each; past
-``WRITE_AT_ONCE`` bytes they leave at once, so that a publisher that does not yield (its window has room) keeps nsqd
-busy while it encodes what comes next.
+so replies are matched to a FIFO of futures and commands can be pipelined. A command's timeout costs no timer of
+its own: one timer per connection watches the earliest deadline of the commands waiting. Heartbeats are answered
+with NOP here; message frames go to ``on_message``. Writes made in one turn of the event loop leave in one
+``write``, so a consumer's FINs and a producer's pipelined publishes cost one system call per turn instead of one
+each; past ``WRITE_AT_ONCE`` bytes they leave at once, so that a publisher that does not yield (its window has
+room) keeps nsqd busy while it encodes what comes next.
 
 This is the library's boundary with the network: what the socket, TLS or the clock raise (OSError, ssl.SSLError,
 TimeoutError, a JSON answer that does not parse) leaves as the library's own errors (``errors``), with the original
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections import deque
 from typing import Any, Callable
 
@@ -42,6 +44,7 @@ log = logging.getLogger("nsq.client")
 # the only errors after which nsqd keeps the connection
 NON_FATAL = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")
 WRITE_AT_ONCE = 64 * 1024
+_NO_DEADLINE = (math.inf, math.inf)
 
 
 class Connection(asyncio.Protocol):
@@ -50,6 +53,10 @@ class Connection(asyncio.Protocol):
         self.server_settings: dict[str, Any] = {}
         self._decoder = FrameDecoder()
         self._waiting: deque[asyncio.Future[bytes]] = deque()
+        # beside each waiting future: its deadline (inf without a timeout) and its timeout, for the error's message
+        self._deadlines: deque[tuple[float, float]] = deque()
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog_due = math.inf
         self._on_message = on_message
         self._closed = asyncio.get_running_loop().create_future()
         # set by a fatal error frame, a command's timeout or bytes that cannot be read: the connection is closing,
@@ -69,6 +76,7 @@ class Connection(asyncio.Protocol):
         # what nsqd answered AUTH with (identity, identity_url, permission_count)
         self.auth: dict[str, Any] = {}
         self._lost_reason: str | None = None  # why this end dropped the connection, for the commands it fails
+        self._only_ok = False  # see expect_only_ok
 
     @classmethod
     async def open(cls, host: str, port: int, config: Config,
@@ -144,10 +152,16 @@ class Connection(asyncio.Protocol):
     def _expect_reply(self, hook: Callable[[bytes], None] | None = None) -> asyncio.Future[bytes]:
         """A reply nsqd sends without a command (the OK after an upgrade)."""
         future: asyncio.Future[bytes] = self._loop.create_future()
-        self._waiting.append(future)
+        self._wait(future, None)
         if hook is not None:
             self._reply_hooks[future] = hook
         return future
+
+    def expect_only_ok(self) -> None:
+        """From now on every command is one nsqd answers with OK or an error (a producer's): any other answer means
+        the stream cannot be read (bytes lost on the way), and ends the connection before anything read after it
+        can be taken for an answer."""
+        self._only_ok = True
 
     @property
     def closed(self) -> bool:
@@ -161,17 +175,46 @@ class Connection(asyncio.Protocol):
         if self.transport is None or self.closed:
             future.set_exception(ConnectionClosed("not connected"))
             return future
-        self._waiting.append(future)
+        self._wait(future, timeout)
         self._write(data)
-        if timeout is not None:
-            timer = self._loop.call_later(timeout, self._timed_out, future, timeout)
-            future.add_done_callback(lambda _: timer.cancel())
         return future
 
-    def _timed_out(self, future: asyncio.Future[bytes], timeout: float) -> None:
+    def _wait(self, future: asyncio.Future[bytes], timeout: float | None) -> None:
+        """``future`` gets the next answer not yet claimed, unless ``timeout`` seconds pass first."""
+        self._waiting.append(future)
+        if timeout is None:
+            self._deadlines.append(_NO_DEADLINE)
+            return
+        deadline = self._loop.time() + timeout
+        self._deadlines.append((deadline, timeout))
+        if deadline < self._watchdog_due:
+            self._watch(deadline)
+
+    def _watch(self, deadline: float) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog = self._loop.call_at(deadline, self._check_deadlines, deadline)
+        self._watchdog_due = deadline
+
+    def _next_waiting(self) -> asyncio.Future[bytes]:
+        self._deadlines.popleft()
+        return self._waiting.popleft()
+
+    def _check_deadlines(self, due: float) -> None:
+        """Runs at the earliest deadline it knew of, ``due`` (or a little before: uvloop's timers count whole
+        milliseconds); answers may have come since, and commands been sent."""
+        self._watchdog, self._watchdog_due = None, math.inf
+        if not self._deadlines:
+            return  # the next command with a timeout sets the watchdog again
+        deadline, timeout = min(self._deadlines)  # a scan, once per deadline, not per command
+        if deadline > max(due, self._loop.time()):
+            if deadline != math.inf:
+                self._watch(deadline)
+            return
+        future = self._waiting[self._deadlines.index((deadline, timeout))]
         if not future.done():
             future.set_exception(CommandTimeout(f"no answer within {timeout:g} s"))
-            self._fail(f"closed after a command got no answer within {timeout:g} s")
+        self._fail(f"closed after a command got no answer within {timeout:g} s")
 
     def send(self, data: bytes) -> None:
         """Sends a command nsqd does not answer (RDY, FIN, REQ, TOUCH, NOP)."""
@@ -201,10 +244,15 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     def _fail(self, reason: str) -> None:
-        """Nothing more may be sent; the commands still waiting end with ConnectionClosed(reason)."""
+        """Nothing more may be sent; the commands still waiting end with ConnectionClosed(reason) now. What was
+        not written yet is dropped: it belongs to commands that fail, and an nsqd that stopped reading (a
+        connection gone silent) would otherwise hold the close up for ever."""
         self._failed = True
         self._lost_reason = reason
-        self.close()
+        if self.transport is not None:
+            self._output.clear()
+            self._output_size = 0
+            self.transport.abort()
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
@@ -239,9 +287,13 @@ class Connection(asyncio.Protocol):
                     pending = b"".join(self._codec.decompress(self._decoder.take_buffer()))
 
     def _frame(self, frame_type: int, payload: bytes) -> None:
+        if self._failed:
+            return  # what follows a fatal error, in the same read, answers nothing
         if frame_type == FRAME_TYPE_MESSAGE:
             if self._on_message is not None:
                 self._on_message(decode_message(payload))
+        elif frame_type > FRAME_TYPE_MESSAGE:
+            raise ValueError(f"unknown frame type {frame_type}")
         elif payload == HEARTBEAT and frame_type != FRAME_TYPE_ERROR:
             self.send(b"NOP\n")
         elif frame_type == FRAME_TYPE_ERROR and not payload.startswith(NON_FATAL):
@@ -249,7 +301,10 @@ class Connection(asyncio.Protocol):
             self._answer(error)
             self._fail(f"nsqd closed the connection after {error.code}")
         elif self._waiting:
-            future = self._waiting.popleft()
+            if self._only_ok and payload != b"OK" and frame_type != FRAME_TYPE_ERROR:
+                # raised before the command stops waiting: the connection's end fails it
+                raise ValueError(f"{payload[:32]!r} answered a command only OK or an error can answer")
+            future = self._next_waiting()
             hook = self._reply_hooks.pop(future, None) if self._reply_hooks else None
             if not future.done():
                 if frame_type == FRAME_TYPE_ERROR:
@@ -267,7 +322,7 @@ class Connection(asyncio.Protocol):
 
     def _answer(self, error: NSQProtocolError) -> None:
         if self._waiting:
-            future = self._waiting.popleft()
+            future = self._next_waiting()
             if not future.done():
                 future.set_exception(error)
         else:
@@ -275,8 +330,11 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = self._lost_reason or (str(exc) if exc else "connection closed by nsqd")
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog, self._watchdog_due = None, math.inf
         while self._waiting:
-            future = self._waiting.popleft()
+            future = self._next_waiting()
             if not future.done():
                 future.set_exception(ConnectionClosed(reason))
         if not self._closed.done():

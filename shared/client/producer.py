@@ -7,7 +7,8 @@
 
 Commands are pipelined: concurrent publishes share the connection and each awaits its own answer (nsqd answers in
 order). A lost connection is reopened by the next publish; a publish that was under way when it was lost raises
-ConnectionClosed (it may or may not have been taken: publishing again gives at-least-once). Every failure is an
+ConnectionClosed (it may or may not have been taken: publishing again gives at-least-once), one that got no answer
+within the config's ``command_timeout`` raises CommandTimeout (and closes the connection). Every failure is an
 NSQError (see ``errors``).
 
 One task publishing a stream uses a ``pipeline`` instead: it writes each publish without waiting for its answer,
@@ -85,7 +86,9 @@ class Producer:
 
     async def _open_to(self, address: str) -> Connection:
         host, port = split_host_port(address)
-        return await Connection.open(host, port, self.config)
+        connection = await Connection.open(host, port, self.config)
+        connection.expect_only_ok()
+        return connection
 
     async def _discover(self) -> list[str]:
         from aiohttp import ClientSession, ClientTimeout
@@ -109,8 +112,9 @@ class Producer:
 
     def pipeline(self, window: int = WINDOW, timeout: float | None = None) -> Pipeline:
         """Publishes that do not wait for their answers: at most ``window`` unanswered, each failing with
-        CommandTimeout if not answered within ``timeout`` seconds (see ``pipeline``)."""
-        return Pipeline(self, window, timeout)
+        CommandTimeout if not answered within ``timeout`` seconds (by default the config's ``command_timeout``;
+        see ``pipeline``)."""
+        return Pipeline(self, window, self.config.command_timeout if timeout is None else timeout)
 
     async def close(self) -> None:
         if self._connection is not None:
@@ -122,4 +126,4 @@ class Producer:
         connection = self._connection
         if connection is None or connection.closed:
             connection = await self.connect()
-        await connection.command(data)
+        await connection.command(data, self.config.command_timeout)

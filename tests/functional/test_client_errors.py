@@ -8,12 +8,21 @@ import asyncio
 import json
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
 
-from shared.client import ConnectError, ConnectionClosed, Consumer, NSQError, Producer, TransportError
+from shared.client import (
+    CommandTimeout,
+    ConnectError,
+    ConnectionClosed,
+    Consumer,
+    NSQError,
+    Producer,
+    TransportError,
+)
 from shared.protocol.compression import DeflateCodec
 from shared.protocol.frames import FRAME_TYPE_RESPONSE, MAGIC_V2, encode_frame
 
@@ -135,6 +144,48 @@ async def test_an_unreadable_stream_ends_the_connection_with_connection_closed()
         async with Producer(address, deflate=True) as producer:
             with pytest.raises(ConnectionClosed, match="cannot be read: deflate"):
                 await producer.publish("t", b"x")
+
+
+@pytest.mark.parametrize("answer", [
+    # a heartbeat that lost bytes on the way, run into the OK after it: a response, but not one a publish can get
+    encode_frame(FRAME_TYPE_RESPONSE, b"_hea" + encode_frame(FRAME_TYPE_RESPONSE, b"OK")[:7]),
+    encode_frame(7, b"OK"),  # no such frame type
+])
+async def test_an_answer_no_publish_can_get_ends_the_connection(answer: bytes) -> None:
+    """A publish is answered OK or with an error frame: anything else is a stream that cannot be read, not a
+    success, and what comes after it on that connection answers nothing."""
+    answers = [answer + encode_frame(FRAME_TYPE_RESPONSE, b"OK"), encode_frame(FRAME_TYPE_RESPONSE, b"OK")]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await identify(reader, writer)
+        await reader.readline()
+        await reader.readexactly(int.from_bytes(await reader.readexactly(4), "big"))
+        writer.write(answers.pop(0))
+        await reader.read()
+
+    async with peer(handle) as address:
+        async with Producer(address) as producer:
+            with pytest.raises(ConnectionClosed, match="cannot be read"):
+                await producer.publish("t", b"garbled answer")
+            await producer.publish("t", b"answered")  # on a new connection
+
+
+async def test_a_publish_never_answered_times_out_even_behind_one_with_a_longer_timeout() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await identify(reader, writer)
+        await reader.read()  # and never answers
+
+    async with peer(handle) as address:
+        async with Producer(address, command_timeout=0.3) as producer:
+            pipeline = producer.pipeline(timeout=30)
+            await pipeline.publish("t", b"patient")
+            started = time.monotonic()
+            with pytest.raises(CommandTimeout, match="no answer within 0.3 s"):
+                await producer.publish("t", b"impatient")
+            assert time.monotonic() - started < 5
+            with pytest.raises(ConnectionClosed, match="no answer within 0.3 s"):  # the connection ended with it
+                await pipeline.flush()
+            pipeline.abandon()
 
 
 async def test_every_failure_is_an_nsq_error() -> None:

@@ -60,6 +60,7 @@ async def _ignore(_: object) -> None:
 @pytest.mark.parametrize(("settings", "message"), [
     ({"snappy": True, "deflate": True}, "snappy and deflate cannot both be on"),
     ({"connect_timeout": 0}, "connect_timeout must be positive"),
+    ({"command_timeout": -1}, "command_timeout must be positive"),
 ])
 def test_settings_that_cannot_work_are_refused(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
