@@ -325,7 +325,7 @@ class DiskQueue:
             self._write_fd = None
 
     def empty(self) -> None:
-        """Drops every message: deletes the files from the read file to the write file, as NSQ's does."""
+        """Drops every message: deletes every file of the queue (from the oldest one kept), as NSQ's does."""
         self.release_files()
         for number in range(self._first_file, self._positions.write_file + 1):
             self.file_path(number).unlink(missing_ok=True)
