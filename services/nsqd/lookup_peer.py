@@ -2,8 +2,9 @@
 
 Each peer keeps a connection to its lookupd (magic ``"  V1"``, IDENTIFY with nsqd's broadcast address and ports),
 registers every topic and channel nsqd has, follows creations and deletions with REGISTER/UNREGISTER, and PINGs
-every 15 s. When the connection fails it reconnects with a growing delay and registers everything again, so a
-restarted lookupd learns the whole node back on its own.
+every 15 s whatever else it sends (lookupd counts a producer active only while it PINGs, and topics or channels
+changing more often than that must not hold the PING back). When the connection fails it reconnects with a growing
+delay and registers everything again, so a restarted lookupd learns the whole node back on its own.
 
 What to register is a set, ``{(topic, "")} | {(topic, channel)}``, recomputed from nsqd's topics whenever they
 change; a peer sends the difference between that and what it registered on its current connection.
@@ -55,8 +56,9 @@ class LookupdError(Exception):
 
 class LookupPeer:
     def __init__(self, address: str, identity: Callable[[], dict[str, Any]],
-                 wanted: Callable[[], set[Registration]]) -> None:
+                 wanted: Callable[[], set[Registration]], ping_interval: float = PING_INTERVAL) -> None:
         self.address = address
+        self.ping_interval = ping_interval
         self._identity = identity
         self._wanted = wanted
         self._changed = asyncio.Event()
@@ -134,13 +136,15 @@ class LookupPeer:
 
     async def _serve(self) -> None:
         assert self._reader is not None
+        loop = asyncio.get_running_loop()
+        next_ping = loop.time() + self.ping_interval
         while True:
             await self._sync()
             # lookupd sends nothing unasked, so a read that completes means it went away: reconnect at once
             # instead of at the next PING
             gone = asyncio.ensure_future(self._reader.read(1))
             changed = asyncio.ensure_future(self._changed.wait())
-            done, pending = await asyncio.wait({gone, changed}, timeout=PING_INTERVAL,
+            done, pending = await asyncio.wait({gone, changed}, timeout=max(0.0, next_ping - loop.time()),
                                                return_when=asyncio.FIRST_COMPLETED)
             for future in pending:
                 future.cancel()
@@ -148,8 +152,9 @@ class LookupPeer:
             if gone in done:
                 error = gone.exception()
                 raise LookupdError(f"connection closed by lookupd{f' ({error})' if error else ''}")
-            if not done:
+            if loop.time() >= next_ping:
                 await self._command(b"PING\n")
+                next_ping = loop.time() + self.ping_interval
 
     async def _sync(self) -> None:
         self._changed.clear()
