@@ -84,6 +84,8 @@ class SoakResult:
     alive: dict[str, bool] = field(default_factory=dict)
     drained: bool = False
     drain_seconds: float = 0.0
+    held_at_end: int = 0  # messages the nsqds still held when the drain ended
+    nodes_known: list[int] = field(default_factory=list)  # nsqd that lookupd handed out, at each sample
     shortfalls: list[str] = field(default_factory=list)
     nsqd_counts: dict[str, int] = field(default_factory=dict)
     deletions: dict[str, int] = field(default_factory=dict)
@@ -92,7 +94,8 @@ class SoakResult:
 
     @property
     def ok(self) -> bool:
-        return self.drained and not self.tally.anomalies() and all(self.alive.values()) and not self.leftovers
+        return (self.drained and not self.tally.anomalies() and all(self.alive.values()) and not self.leftovers
+                and min(self.nodes_known, default=0) == 2)
 
     def slope(self, name: str) -> float:
         series = next(series for series in self.series if series.name == name)
@@ -154,12 +157,13 @@ async def _soak(settings: Settings, processes: dict[str, NSQDProcess], data_path
         await topology.start()
         publishers = Publishers(cluster, ledger, settings.rate, rng, counters, session)
         publishers.start()
-        await _sample_until(settings, result.series, ledger, report)
+        await _sample_until(settings, result, topology, report)
         await publishers.stop()
         await topology.stop_churn()
         started = time.monotonic()
         result.drained = await _drain(topology, ledger, policy, settings.drain_timeout)
         result.drain_seconds = time.monotonic() - started
+        result.held_at_end = await topology.holding()
         await topology.stop_consumers()
         await topology.count_live()
     ledger.close_books()
@@ -168,28 +172,31 @@ async def _soak(settings: Settings, processes: dict[str, NSQDProcess], data_path
     return result
 
 
-async def _sample_until(settings: Settings, series: list[Series], ledger: Ledger, report: Report) -> None:
-    """Samples every process every ``sample_every`` seconds for the run's time, with a progress line now and then."""
+async def _sample_until(settings: Settings, result: SoakResult, topology: Topology, report: Report) -> None:
+    """Samples every process, and which nsqd lookupd knows, every ``sample_every`` seconds for the run's time, with
+    a progress line now and then."""
     started = time.monotonic()
     end = started + settings.minutes * 60
     progress_every = 60.0 if settings.minutes >= 5 else 10.0
     next_progress = started + progress_every
     while True:
         now = time.monotonic()
-        for one in series:
+        for one in result.series:
             one.sample((now - started) / 60)
+        result.nodes_known.append(await topology.nodes_known())
         if now >= next_progress:
             next_progress += progress_every
-            report(_progress((now - started) / 60, ledger.tally, series))
+            report(_progress((now - started) / 60, result))
         if now >= end:
             return
         await asyncio.sleep(min(settings.sample_every, end - now))
 
 
-def _progress(minutes: float, tally: Tally, series: list[Series]) -> str:
-    memory = "  ".join(f"{one.name} {one.rss[-1] / 1024:.1f}" for one in series)
+def _progress(minutes: float, result: SoakResult) -> str:
+    memory = "  ".join(f"{one.name} {one.rss[-1] / 1024:.1f}" for one in result.series)
+    tally = result.tally
     return (f"[{minutes:6.1f} min] acknowledged {tally.acknowledged:,}  finished {tally.finished:,}  "
-            f"deleted {tally.deleted:,}  RSS MiB: {memory}")
+            f"deleted {tally.deleted:,}  lookupd knows {result.nodes_known[-1]} nsqd  RSS MiB: {memory}")
 
 
 async def _drain(topology: Topology, ledger: Ledger, policy: Policy, timeout: float) -> bool:
@@ -220,14 +227,16 @@ def print_report(result: SoakResult, report: Report = print) -> None:
     _report_processes(result, report)
     verdict = "OK" if result.ok else "FAILED"
     report(f"-- {verdict}: lost {result.tally.lost + result.tally.shortfall}, anomalies "
-           f"{result.tally.anomalies() or 'none'}, drained {result.drained}, alive {result.alive}")
+           f"{result.tally.anomalies() or 'none'}, drained {result.drained}, alive {result.alive}, lookupd knew "
+           f"{min(result.nodes_known, default=0)} to {max(result.nodes_known, default=0)} nsqd")
 
 
 def _report_messages(result: SoakResult, report: Report) -> None:
     tally, counters = result.tally, result.counters
     minutes = result.settings.minutes
-    report(f"-- messages ({tally.acknowledged / (minutes * 60):,.0f} msg/s acknowledged; "
-           f"drained in {result.drain_seconds:.1f} s)")
+    drain = (f"drained in {result.drain_seconds:.1f} s" if result.drained else
+             f"NOT drained after {result.drain_seconds:.0f} s: the nsqds still hold {result.held_at_end:,} messages")
+    report(f"-- messages ({tally.acknowledged / (minutes * 60):,.0f} msg/s acknowledged; {drain})")
     rows = [
         ("acknowledged", tally.acknowledged),
         ("refused (publish failed)", tally.refused),

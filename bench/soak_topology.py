@@ -151,6 +151,10 @@ class Topology:
                 total += sum(_held(topic, channel)["held"] for channel in topic["channels"])
         return total
 
+    async def nodes_known(self) -> int:
+        """How many nsqd lookupd hands out (it forgets one that stops PINGing)."""
+        return len(await self.info.nodes(self.cluster.lookupd_http))
+
     async def count_live(self) -> None:
         """Adds nsqd's counts of the channels still alive (at the end)."""
         for node in self.nodes:

@@ -31,6 +31,8 @@ def test_mixed_traffic_for_45_seconds_loses_nothing(tmp_path: Path) -> None:
     assert not tally.anomalies() and not result.leftovers, report
     assert tally.finished > 5000 and tally.deleted > 0 and tally.redelivered > 0, report  # it did soak
     assert result.deletions["topics"] >= 1 and result.counters.consumers_started > 10, report
+    assert min(result.nodes_known) == 2, report
     for series in result.series:
         assert result.slope(series.name) < SLOPE_LIMIT, report
         assert max(series.rss) < RSS_LIMIT, report
+    assert result.ok, report
