@@ -186,17 +186,18 @@ async def _sample_until(settings: Settings, result: SoakResult, topology: Topolo
         result.nodes_known.append(await topology.nodes_known())
         if now >= next_progress:
             next_progress += progress_every
-            report(_progress((now - started) / 60, result))
+            report(_progress((now - started) / 60, result, await topology.holding()))
         if now >= end:
             return
         await asyncio.sleep(min(settings.sample_every, end - now))
 
 
-def _progress(minutes: float, result: SoakResult) -> str:
+def _progress(minutes: float, result: SoakResult, holding: int) -> str:
     memory = "  ".join(f"{one.name} {one.rss[-1] / 1024:.1f}" for one in result.series)
     tally = result.tally
     return (f"[{minutes:6.1f} min] acknowledged {tally.acknowledged:,}  finished {tally.finished:,}  "
-            f"deleted {tally.deleted:,}  lookupd knows {result.nodes_known[-1]} nsqd  RSS MiB: {memory}")
+            f"deleted {tally.deleted:,}  nsqd hold {holding:,}  lookupd knows {result.nodes_known[-1]} nsqd  "
+            f"RSS MiB: {memory}")
 
 
 async def _drain(topology: Topology, ledger: Ledger, policy: Policy, timeout: float) -> bool:
@@ -249,7 +250,7 @@ def _report_messages(result: SoakResult, report: Report) -> None:
         ("deliveries", tally.deliveries),
         ("  delivered more than once (attempts > 1)", tally.redelivered),
         ("  FINed again (first FIN too late or lost)", tally.finished_again),
-        ("  on a channel younger than the message", tally.extra),
+        ("  on a channel being created or deleted (not owed)", tally.extra),
         *((f"  answered {action.value}", tally.actions[action]) for action in Action),
         ("nsqd's counts: messages to channels", result.nsqd_counts.get("message_count", 0)),
         ("  requeued", result.nsqd_counts.get("requeue_count", 0)),

@@ -81,7 +81,7 @@ class Tally:
     deliveries: int = 0
     redelivered: int = 0  # deliveries with attempts > 1 (after a REQ, a timeout, a dropped connection)
     finished_again: int = 0  # FINs of a copy already FINed (its first FIN came too late, or was lost)
-    extra: int = 0  # deliveries on a channel created after the message was sent (legitimate, not owed)
+    extra: int = 0  # deliveries on a channel that was owed nothing (being created or deleted): legitimate
     of_refused: int = 0  # deliveries of a message whose publish failed
     actions: dict[Action, int] = field(default_factory=lambda: {action: 0 for action in Action})
     # what must never happen
@@ -209,8 +209,8 @@ class Ledger:
             if action.finishes:
                 channel.pending.discard(number)
                 tally.finished += 1
-        elif channel.created.get(self._node[number], float("inf")) > self._sent_at[number]:
-            tally.extra += 1  # the channel is younger than the message: nsqd owed it nothing
+        elif not channel.owed_by(self._node[number], self._sent_at[number]):
+            tally.extra += 1  # sent while the channel was being created, or once it was closed for deletion
         elif attempts == 1:
             tally.new_again += 1
         elif action.finishes:

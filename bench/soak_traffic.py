@@ -60,13 +60,14 @@ class Policy:
         if self.draining or attempts >= 4:
             return Action.FIN, 0.0
         draw = self.rng.random()
-        if draw < 0.06:
+        if draw < 0.05:
             return Action.REQ, 0.0
-        if draw < 0.12:
+        if draw < 0.10:
             return Action.REQ_DELAYED, self.rng.uniform(0.2, 2.0)
-        if draw < 0.18:
+        # few: each holds a place of the consumer's RDY for nsqd's whole --msg-timeout
+        if draw < 0.115:
             return Action.IGNORE, 0.0
-        if draw < 0.21:
+        if draw < 0.145:
             return Action.TOUCH_FIN, 0.0
         return Action.FIN, 0.0
 
@@ -198,7 +199,7 @@ class ChannelConsumers:
         channel = self.channel
         consumer = Consumer(channel.topic.name, channel.name, self._handle,
                             lookupd_http_addresses=[self.cluster.lookupd_http],
-                            max_in_flight=self.rng.choice([5, 20, 50]), concurrency=2, max_attempts=0,
+                            max_in_flight=self.rng.choice([20, 50, 100]), concurrency=2, max_attempts=0,
                             lookupd_poll_interval=LOOKUPD_POLL, connect_timeout=CONNECT_TIMEOUT)
         self._consumers.append(consumer)
         self.counters.consumers_started += 1

@@ -59,6 +59,8 @@ def test_a_deleted_channel_takes_what_it_was_owed_and_nsqd_must_have_held_it() -
     ledger.deleted(channel)
     ledger.acknowledged(topic, under_way)
     ledger.acknowledged(topic, ledger.sent(topic, 0, 1, now=4.0))  # after the close: owed to nothing
+    ledger.delivered(channel, body(6, 0, 10), 1, Action.FIN)  # its consumer had not stopped yet
+    assert ledger.tally.extra == 1 and ledger.tally.finished == 0
     ledger.close_books()
     assert (ledger.tally.copies, ledger.tally.deleted, ledger.tally.shortfall) == (6, 6, 1)
     assert ledger.tally.anomalies() == {"shortfall": 1} and len(ledger.shortfalls) == 1
