@@ -125,6 +125,13 @@ class Client:
         if self.channel is not None:
             self.channel.remove_client(self)
 
+    def disconnected(self) -> None:
+        """The connection is lost: the client leaves its channel and lets go of the connection's ``close``, which
+        refers back to it. Reference counting then frees both at once; as a cycle they would wait for a full
+        garbage collection, which nsqd's thresholds make rare (memory grew with every connection closed)."""
+        self.leave_channel()
+        self.close = _closed
+
     def published(self, topic: str, count: int) -> None:
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
 
@@ -251,3 +258,7 @@ class ClientDefaults:
         self.msg_timeout = msg_timeout
         self.output_buffer_size = output_buffer_size
         self.output_buffer_timeout = output_buffer_timeout
+
+
+def _closed() -> None:
+    """``Client.close`` once the connection is lost: nothing is left to close."""

@@ -2,10 +2,12 @@
 
 Each peer keeps a connection to its lookupd (magic ``"  V1"``, IDENTIFY with nsqd's broadcast address and ports),
 registers every topic and channel nsqd has, follows creations and deletions with REGISTER/UNREGISTER, and PINGs
-every 15 s. When the connection fails it reconnects with a growing delay and registers everything again, so a
-restarted lookupd learns the whole node back on its own. The delay stops growing where the longest wait and one
-connection attempt still fit in a ping interval: a lookupd that comes back, or a network that heals, has the node
-registered again within one ping interval, as with NSQ (which reconnects at its next PING).
+every 15 s whatever else it sends (lookupd counts a producer active only while it PINGs, and topics or channels
+changing more often than that must not hold the PING back). When the connection fails it reconnects with a growing
+delay and registers everything again, so a restarted lookupd learns the whole node back on its own. The delay stops
+growing where the longest wait and one connection attempt still fit in a ping interval: a lookupd that comes back,
+or a network that heals, has the node registered again within one ping interval, as with NSQ (which reconnects at
+its next PING).
 
 What to register is a set, ``{(topic, "")} | {(topic, channel)}``, recomputed from nsqd's topics whenever they
 change; a peer sends the difference between that and what it registered on its current connection.
@@ -63,8 +65,9 @@ class LookupdError(Exception):
 
 class LookupPeer:
     def __init__(self, address: str, identity: Callable[[], dict[str, Any]],
-                 wanted: Callable[[], set[Registration]]) -> None:
+                 wanted: Callable[[], set[Registration]], ping_interval: float = PING_INTERVAL) -> None:
         self.address = address
+        self.ping_interval = ping_interval
         self._identity = identity
         self._wanted = wanted
         self._changed = asyncio.Event()
@@ -143,16 +146,14 @@ class LookupPeer:
     async def _serve(self) -> None:
         assert self._reader is not None
         loop = asyncio.get_running_loop()
-        # every PING_INTERVAL whatever else is sent: lookupd counts a producer active while it pings, and changes
-        # (ephemeral channels come and go all the time) must not put the next PING off
-        next_ping = loop.time() + PING_INTERVAL
+        next_ping = loop.time() + self.ping_interval
         while True:
             await self._sync()
             # lookupd sends nothing unasked, so a read that completes means it went away: reconnect at once
             # instead of at the next PING
             gone = asyncio.ensure_future(self._reader.read(1))
             changed = asyncio.ensure_future(self._changed.wait())
-            done, pending = await asyncio.wait({gone, changed}, timeout=max(next_ping - loop.time(), 0.0),
+            done, pending = await asyncio.wait({gone, changed}, timeout=max(0.0, next_ping - loop.time()),
                                                return_when=asyncio.FIRST_COMPLETED)
             for future in pending:
                 future.cancel()
@@ -162,7 +163,7 @@ class LookupPeer:
                 raise LookupdError(f"connection closed by lookupd{f' ({error})' if error else ''}")
             if loop.time() >= next_ping:
                 await self._command(b"PING\n")
-                next_ping = loop.time() + PING_INTERVAL
+                next_ping = loop.time() + self.ping_interval
 
     async def _sync(self) -> None:
         self._changed.clear()

@@ -112,7 +112,7 @@ class ConnectionV2(asyncio.Protocol):
         for task in (self._upgrade, self._deferred):
             if task is not None:
                 task.cancel()
-        self.client.leave_channel()
+        self.client.disconnected()
         self.broker.disconnected(self)
 
     def close(self) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -398,6 +401,26 @@ async def test_deleting_a_channel_closes_its_consumers(nsqd: Service) -> None:
     status, _, _ = nsqd.http("POST", "/channel/delete?topic=del&channel=c")
     assert status == 200
     assert await consumer.closed()
+
+
+async def test_a_lost_connection_is_freed_at_once_not_by_the_collector(
+        nsqd_factory: Callable[..., InProcessNSQD]) -> None:
+    """nsqd runs full garbage collections rarely (its thresholds): a lost connection must leave no reference cycle
+    behind, or every one would stay in memory until the next of them."""
+    nsqd = nsqd_factory()
+    consumer = await connect(nsqd)
+    await consumer.subscribe("t", "c")
+    connection = next(iter(nsqd.nsqd.connections))
+    references: list[weakref.ref[Any]] = [weakref.ref(connection), weakref.ref(connection.client),
+                                          weakref.ref(connection.session)]
+    del connection
+    gc.disable()
+    try:
+        await consumer.close()
+        await wait_for_async(lambda: all(reference() is None for reference in references),
+                             what="the lost connection freed without the garbage collector")
+    finally:
+        gc.enable()
 
 
 async def test_idle_consumer_gets_messages_promptly(nsqd: Service) -> None:
