@@ -247,6 +247,7 @@ def _report_messages(result: SoakResult, report: Report) -> None:
         ("    of which nsqd no longer held at the deletion (lost)", tally.shortfall),
         ("  lost (never FINed on a live channel)", tally.lost),
         ("  unaccounted for", tally.unaccounted),
+        ("acknowledged to a topic without channels (held there)", tally.unowed),
         ("deliveries", tally.deliveries),
         ("  delivered more than once (attempts > 1)", tally.redelivered),
         ("  FINed again (first FIN too late or lost)", tally.finished_again),

@@ -55,7 +55,6 @@ class TopicLife:
 class ChannelLife:
     topic: TopicLife
     name: str
-    durable: bool
     created: dict[int, float] = field(default_factory=dict)  # nsqd index -> when it acknowledged the creation
     pending: set[int] = field(default_factory=set)  # messages whose copy here is not FINed yet
     closed_at: float = float("inf")  # messages sent from then on owe it nothing (it is about to be deleted)
@@ -76,6 +75,7 @@ class Tally:
     acknowledged: int = 0
     refused: int = 0  # messages whose publish failed (nsqd may still have taken them)
     copies: int = 0  # copies owed by acknowledged messages
+    unowed: int = 0  # acknowledged messages no channel was owed (their topic had none): they wait in the topic
     finished: int = 0  # copies FINed (the first FIN of each)
     deleted: int = 0  # copies that went with their channel or topic before being FINed
     deliveries: int = 0
@@ -123,9 +123,9 @@ class Ledger:
         self.lives.append(topic)
         return topic
 
-    def new_channel(self, topic: TopicLife, name: str, durable: bool) -> ChannelLife:
+    def new_channel(self, topic: TopicLife, name: str) -> ChannelLife:
         """A channel life that nothing owes a copy to until ``created`` says which nsqd have it."""
-        channel = ChannelLife(topic, name, durable)
+        channel = ChannelLife(topic, name)
         topic.channels.append(channel)
         return channel
 
@@ -177,6 +177,8 @@ class Ledger:
         owing = sum(1 for channel in topic.channels if channel.owed_by(node, sent_at))
         self.tally.acknowledged += len(numbers)
         self.tally.copies += owing * len(numbers)
+        if not owing:
+            self.tally.unowed += len(numbers)
         topic.publishing -= 1
 
     def refused(self, topic: TopicLife, numbers: range) -> None:

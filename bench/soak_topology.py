@@ -21,7 +21,7 @@ from bench.soak_traffic import ChannelConsumers, Cluster, Counters, Policy, paus
 from shared.cluster_info import ClusterInfo, ClusterInfoError
 
 DURABLE_TOPICS = ("soak-a", "soak-b")
-DURABLE_CHANNELS = ("c0", "c1")  # c1 also has rude clients
+TOPIC_CHANNELS = ("c0", "c1")  # every topic's, for its whole life; c1 of the durable topics has rude clients too
 TRANSIENT_TOPICS = ("soak-x0", "soak-x1", "soak-x2")  # two alive at a time: names come back
 TRANSIENT_ALIVE = 2
 TOPIC_LIFETIME = (8.0, 30.0)  # seconds
@@ -73,22 +73,22 @@ class Topology:
         topic.open = False  # until its channels exist: what it holds before then would go to the first one
         for node in self.nodes:
             await self.info.post(self.cluster.nsqd_http[node], "/topic/create", topic=name)
-        for channel in DURABLE_CHANNELS:
-            await self.open_channel(topic, channel, durable, rude=durable and channel == "c1")
+        for channel in TOPIC_CHANNELS:  # they go with the topic: a topic without channels would keep messages
+            await self.open_channel(topic, channel, expires=False, rude=durable and channel == "c1")
         topic.open = True
         if not durable:
             self._expiry[topic] = time.monotonic() + self.rng.uniform(*TOPIC_LIFETIME)
         return topic
 
-    async def open_channel(self, topic: TopicLife, name: str, durable: bool, rude: bool = False) -> ChannelLife:
-        channel = self.ledger.new_channel(topic, name, durable)
+    async def open_channel(self, topic: TopicLife, name: str, expires: bool, rude: bool = False) -> ChannelLife:
+        channel = self.ledger.new_channel(topic, name)
         for node in self.nodes:
             await self.info.post(self.cluster.nsqd_http[node], "/channel/create", topic=topic.name, channel=name)
             channel.created[node] = time.monotonic()
         consumers = ChannelConsumers(channel, self.cluster, self.ledger, self.policy, self.rng, self.counters, rude)
         consumers.start()
         self.consumers[channel] = consumers
-        if not durable:
+        if expires:
             self._expiry[channel] = time.monotonic() + self.rng.uniform(*CHANNEL_LIFETIME)
         return channel
 
@@ -201,7 +201,7 @@ class Topology:
             extra = "t" if topic.durable else "late"
             if all(channel.name != extra or channel.deleted for channel in topic.channels) \
                     and self.rng.random() < 0.1:
-                await self.open_channel(topic, extra, durable=False)
+                await self.open_channel(topic, extra, expires=True)
 
 
 def _held(topic: dict[str, Any], channel: dict[str, Any]) -> dict[str, int]:

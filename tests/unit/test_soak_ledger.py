@@ -7,7 +7,7 @@ from bench.soak_ledger import Action, ChannelLife, Ledger, TopicLife, body
 
 def topic_with_channel(ledger: Ledger, created_at: float = 0.0) -> tuple[TopicLife, ChannelLife]:
     topic = ledger.new_topic("t", durable=True)
-    channel = ledger.new_channel(topic, "c", durable=True)
+    channel = ledger.new_channel(topic, "c")
     channel.created = {0: created_at, 1: created_at}
     return topic, channel
 
@@ -15,7 +15,7 @@ def topic_with_channel(ledger: Ledger, created_at: float = 0.0) -> tuple[TopicLi
 def test_a_copy_is_owed_by_every_channel_that_existed_when_it_was_sent() -> None:
     ledger = Ledger()
     topic, old = topic_with_channel(ledger)
-    young = ledger.new_channel(topic, "young", durable=False)
+    young = ledger.new_channel(topic, "young")
     young.created = {0: 5.0}
     numbers = ledger.sent(topic, 0, 2, now=3.0)
     ledger.acknowledged(topic, numbers)
@@ -39,7 +39,7 @@ def test_deliveries_that_must_not_happen() -> None:
     ledger.delivered(channel, body(0, 1, 10), 1, Action.FIN)  # new again after its FIN
     ledger.delivered(channel, body(99, 1, 10), 1, Action.FIN)  # never sent
     again = ledger.new_topic("t", durable=False)
-    later = ledger.new_channel(again, "c", durable=False)
+    later = ledger.new_channel(again, "c")
     later.created = {1: 0.0}
     ledger.delivered(later, body(0, 1, 10), 2, Action.FIN)  # a message of the topic's earlier life
     assert ledger.tally.finished_again == 1
@@ -64,6 +64,13 @@ def test_a_deleted_channel_takes_what_it_was_owed_and_nsqd_must_have_held_it() -
     ledger.close_books()
     assert (ledger.tally.copies, ledger.tally.deleted, ledger.tally.shortfall) == (6, 6, 1)
     assert ledger.tally.anomalies() == {"shortfall": 1} and len(ledger.shortfalls) == 1
+
+
+def test_a_message_to_a_topic_without_channels_is_owed_nowhere() -> None:
+    ledger = Ledger()
+    topic = ledger.new_topic("t", durable=False)
+    ledger.acknowledged(topic, ledger.sent(topic, 0, 3, now=1.0))
+    assert (ledger.tally.copies, ledger.tally.unowed) == (0, 3)
 
 
 def test_a_refused_publish_is_owed_nothing() -> None:
