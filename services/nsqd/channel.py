@@ -12,8 +12,9 @@ the topic's backlog) that the disk refuses stays in memory, and nsqd reports its
 dropped, except by ephemeral channels, which discard what their memory queue cannot hold, as NSQ's do.
 
 At ``--mem-queue-size=0`` (``_on_disk``) every message reaches a consumer through the disk queue, never handed
-over directly, and stays there until it is finished (see message_queue.py): a crash loses nothing in flight or
-requeued; only a deferred message that never was on disk (a DPUB) lives in memory alone until it is due.
+over directly, and stays there until it is finished (see message_queue.py), and a deferred message (a DPUB's,
+or one requeued with a delay) is in the disk queue's deferred file with its due time until it is queued again: a
+crash loses nothing in flight, requeued or deferred, and delivers deferred messages when they are due.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class Channel:
     def _restore_deferred(self) -> None:
         """Deferred messages saved at the last exit wait out what is left of their delay."""
         now, now_ns = time.monotonic(), time.time_ns()
-        for due_ns, payload in self.queue.backend.take_deferred():
+        for due_ns, payload in self.queue.backend.take_deferred(keep=self.queue.keeps_deferred):
             self.deferred.push(DeferredMessage(decode(payload), now + max(0, due_ns - now_ns) / 1e9))
 
     def __repr__(self) -> str:
@@ -127,9 +128,17 @@ class Channel:
             if self._on_disk:
                 self._drain()
 
-    def put_deferred(self, entry: QueuedMessage, delay: float, now: float) -> None:
+    def put_deferred(self, entry: QueuedMessage, delay: float, now: float, keep_refused: bool = True) -> None:
+        """A DPUB's copy, delivered once ``delay`` is over. If the disk refuses it (at ``--mem-queue-size=0``),
+        it is kept in memory, or with ``keep_refused=False`` OSError is raised and it is not this channel's."""
+        self._defer(entry, now + delay, keep_refused)
         self.message_count += 1
-        self.deferred.push(DeferredMessage(entry, now + delay))
+
+    def _defer(self, entry: QueuedMessage, deadline: float, keep_refused: bool = True) -> None:
+        if self.queue.keeps_deferred:
+            due_ns = time.time_ns() + int((deadline - time.monotonic()) * 1e9)
+            self.queue.defer([(due_ns, entry)], keep_refused)
+        self.deferred.push(DeferredMessage(entry, deadline))
 
     def put(self, entry: QueuedMessage) -> None:
         """A message accepted earlier (requeued, timed out, due): delivered, or queued."""
@@ -251,7 +260,7 @@ class Channel:
         client.requeued()
         self.requeue_count += 1
         if delay > 0:
-            self.deferred.push(DeferredMessage(msg.entry(), time.monotonic() + delay))
+            self._defer(msg.entry(), time.monotonic() + delay)
         else:
             self.put(msg.entry())
 
@@ -276,6 +285,8 @@ class Channel:
         due = self.deferred.pop_expired(now)
         for deferred in due:
             self.put(deferred.entry)
+        if due and self.queue.keeps_deferred:
+            self.queue.deferred_left(len(self.deferred), self._deferred_with_due_times)
         return bool(due)
 
     # -- operator actions -----------------------------------------------------------------------------------
@@ -304,12 +315,16 @@ class Channel:
     def flush_to_disk(self) -> None:
         """At exit: every message still in memory or in flight goes to the disk queue (redelivered after a
         restart, as NSQ does), deferred ones to a file with their due times (where NSQ would lose the delay)."""
-        now, now_ns = time.monotonic(), time.time_ns()
-        deferred = [(now_ns + int((item.deadline - now) * 1e9), encode(item.entry)) for item in self.deferred.values()]
+        deferred = self._deferred_with_due_times()
         in_flight = [msg.entry() for msg in self.in_flight.values()]
         self.in_flight.clear()
         self.deferred.clear()
         self.queue.flush_to_disk(in_flight, deferred)
+
+    def _deferred_with_due_times(self) -> list[tuple[int, bytes]]:
+        """The deferred messages as their file keeps them: due time (unix ns), message."""
+        now, now_ns = time.monotonic(), time.time_ns()
+        return [(now_ns + int((item.deadline - now) * 1e9), encode(item.entry)) for item in self.deferred.values()]
 
     def close_clients(self) -> None:
         self.exiting = True

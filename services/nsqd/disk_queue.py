@@ -20,6 +20,11 @@ records the position of every record it read, under the record's key (the messag
 The metadata then names the oldest record still held as the read position, and a file is deleted only once
 everything in it is released: a process killed while messages are in flight or deferred reads them again at its
 next start (duplicates of the ones finished after them, never a loss).
+
+Deferred messages go to ``<name>.diskqueue.deferred.dat`` with their due times: at exit, the whole file replaced
+(``save_deferred``); and, at ``--mem-queue-size=0``, as they are deferred, appended with one write each
+(``append_deferred``), so that a crash loses none. The file is then replaced by the messages still deferred once it
+holds mostly ones that are gone (the caller's choice: it knows which are still deferred).
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ class DiskQueue:
         self._held: dict[bytes, tuple[int, int, int]] = {}  # in read order
         self._read_count = 0
         self._write_fd: int | None = None
+        self._deferred_fd: int | None = None
+        self.deferred_records = 0  # in the deferred file
         self._reader: _Reader | None = None
         self._deleted = False
         self._recover_tail()
@@ -323,6 +330,7 @@ class DiskQueue:
         if self._write_fd is not None:
             os.close(self._write_fd)
             self._write_fd = None
+        self._close_deferred()
 
     def empty(self) -> None:
         """Drops every message: deletes every file of the queue (from the oldest one kept), as NSQ's does."""
@@ -334,13 +342,14 @@ class DiskQueue:
         self._first_file = next_file
         self._held.clear()
         self.sync_job()()
+        self.deferred_path.unlink(missing_ok=True)
+        self.deferred_records = 0
 
     def delete(self) -> None:
         """Drops every message and every file, metadata included."""
         self.empty()
         self._deleted = True
         self.meta_path.unlink(missing_ok=True)
-        self.deferred_path.unlink(missing_ok=True)
 
     # -- deferred messages, beyond NSQ -------------------------------------------------------------------
 
@@ -349,16 +358,38 @@ class DiskQueue:
         return self._data_path / f"{self.name}.diskqueue.deferred.dat"
 
     def save_deferred(self, messages: list[tuple[int, bytes]]) -> None:
-        """At exit: deferred messages with their due times (unix ns), so a restart delivers each when it is due
-        instead of at once, as NSQ would. Records: [int64 due][int32 size][payload]; replaced atomically."""
+        """Deferred messages with their due times (unix ns for a channel), so a restart delivers each when it is
+        due instead of at once, as NSQ would. Records: [int64 due][int32 size][payload]; replaced atomically."""
+        self._close_deferred()
         if not messages:
             self.deferred_path.unlink(missing_ok=True)
-            return
-        atomic_file.replace(self.deferred_path,
-                            b"".join(_DEFERRED.pack(due, len(payload)) + payload for due, payload in messages))
+        else:
+            atomic_file.replace(self.deferred_path, _deferred_records(messages))
+        self.deferred_records = len(messages)
 
-    def take_deferred(self) -> list[tuple[int, bytes]]:
-        """The deferred messages saved at the last exit (the file is removed: they are the caller's now)."""
+    def append_deferred(self, messages: list[tuple[int, bytes]]) -> None:
+        """Adds to the deferred file with one write, or raises OSError having added none."""
+        if self._deferred_fd is None:
+            self._deferred_fd = os.open(self.deferred_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd, data = self._deferred_fd, _deferred_records(messages)
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        except OSError:
+            os.ftruncate(fd, start)
+            raise
+        self.deferred_records += len(messages)
+
+    def _close_deferred(self) -> None:
+        if self._deferred_fd is not None:
+            os.close(self._deferred_fd)
+            self._deferred_fd = None
+
+    def take_deferred(self, keep: bool = False) -> list[tuple[int, bytes]]:
+        """The deferred messages the file holds: the file is removed (they are the caller's now), or with ``keep``
+        kept for appending (a damaged end cut off)."""
         try:
             data = self.deferred_path.read_bytes()
         except FileNotFoundError:
@@ -374,7 +405,11 @@ class DiskQueue:
                 break
             messages.append((due, data[offset:offset + size]))
             offset += size
-        self.deferred_path.unlink()
+        if not keep:
+            self.deferred_path.unlink()
+        elif offset < len(data):
+            self.save_deferred(messages)
+        self.deferred_records = len(messages) if keep else 0
         return messages
 
     # -- start-up ----------------------------------------------------------------------------------------
@@ -473,6 +508,10 @@ class _Reader:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _deferred_records(messages: list[tuple[int, bytes]]) -> bytes:
+    return b"".join(_DEFERRED.pack(due, len(payload)) + payload for due, payload in messages)
 
 
 def _write_meta(path: Path, positions: Positions) -> None:

@@ -7,6 +7,10 @@ At ``--mem-queue-size=0`` a channel's queue keeps every message on disk until it
 what it hands out (see disk_queue.py) until ``release``, and a message put back (requeued, timed out, due) is
 written again before the copy it was read from is released.
 
+At ``--mem-queue-size=0`` deferred messages are kept on disk too (``keeps_deferred``): each is added to the
+backend's deferred file as it is deferred (``defer``), and the file is replaced by the ones still deferred once
+most of it is gone (``deferred_left``). A crash may then deliver a message twice, never lose one.
+
 A write the disk refuses is reported to nsqd's health and leaves the choice to the caller: the messages either
 stay in memory (a channel: nothing accepted is dropped) or are refused as a whole, nothing of them queued (a
 topic: the publish fails). A write that succeeds reports health restored.
@@ -37,6 +41,7 @@ class Backend(Protocol):
 
     name: str
     dropped_count: int
+    deferred_records: int
 
     @property
     def holds(self) -> bool:
@@ -57,7 +62,9 @@ class Backend(Protocol):
 
     def save_deferred(self, messages: list[tuple[int, bytes]]) -> None: ...
 
-    def take_deferred(self) -> list[tuple[int, bytes]]: ...
+    def append_deferred(self, messages: list[tuple[int, bytes]]) -> None: ...
+
+    def take_deferred(self, keep: bool = False) -> list[tuple[int, bytes]]: ...
 
     def empty(self) -> None: ...
 
@@ -71,6 +78,7 @@ class NullBackend:
 
     depth = 0
     holds = False
+    deferred_records = 0
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -94,7 +102,10 @@ class NullBackend:
     def save_deferred(self, messages: list[tuple[int, bytes]]) -> None:
         pass
 
-    def take_deferred(self) -> list[tuple[int, bytes]]:
+    def append_deferred(self, messages: list[tuple[int, bytes]]) -> None:
+        pass
+
+    def take_deferred(self, keep: bool = False) -> list[tuple[int, bytes]]:
         return []
 
     def empty(self) -> None:
@@ -115,6 +126,7 @@ class MessageQueue:
         self.holds_until_finished = backend.holds
         # release(message ID): the message is finished, its disk copy need not survive a crash any more
         self.release = backend.release
+        self.keeps_deferred = memory_size == 0
         self._memory_size = memory_size
         self._health = health
         self._forget = forget  # tells the storage the backend's files are gone
@@ -157,6 +169,35 @@ class MessageQueue:
                 self.backend.release(entry[0])
         if room:
             self.memory.extend(entries[:room])
+
+    def defer(self, entries: list[tuple[int, QueuedMessage]], keep_refused: bool) -> None:
+        """With ``keeps_deferred``: ``entries`` (each with its due time, or delay) go to the deferred file. If
+        the disk refuses: with ``keep_refused`` they are deferred in memory alone, else OSError is raised."""
+        try:
+            self.backend.append_deferred([(due, encode(entry)) for due, entry in entries])
+        except OSError as error:
+            self._refused(error)
+            if not keep_refused:
+                raise
+            return
+        self._written()
+        if self.holds_until_finished:
+            for _, entry in entries:  # a requeued message: safe in its deferred copy
+                self.backend.release(entry[0])
+
+    def deferred_left(self, still_deferred: int, listing: Callable[[], list[tuple[int, bytes]]]) -> None:
+        """Deferred messages left the deferred file's keeping (due, and queued again): once it holds mostly gone
+        ones, it is replaced by ``listing()``, the ``still_deferred`` ones. Not while the disk refuses writes: the
+        messages queued again may be in memory alone."""
+        records = self.backend.deferred_records
+        if records <= 2 * still_deferred + 1000 and (still_deferred or not records):
+            return
+        if self._health.error is not None:
+            return
+        try:
+            self.backend.save_deferred(listing())
+        except OSError as error:
+            self._refused(error)  # the file keeps more than it must: duplicates after a crash, never a loss
 
     def put_records(self, records: list[bytes]) -> None:
         """Disk records as another queue's disk wrote them (size prefix included), written as they are; if the

@@ -4,7 +4,7 @@ With no channels, or while paused, messages wait in the topic's message queue (m
 holds ``--mem-queue-size``); the first channel to appear (or the unpause) receives that backlog, as in NSQ. They
 wait as the channels will receive them (``QueuedMessage``, no attempt yet). A deferred message (DPUB) starts its
 delay when it reaches a channel: while it waits here it is held beside the queue with its delay, in memory, and at
-exit in the disk queue's file of deferred messages.
+exit in the disk queue's file of deferred messages (at ``--mem-queue-size=0`` in that file all along).
 
 A publish that the topic's disk queue, or a channel's, cannot take is refused (``E_PUB_FAILED``/``E_MPUB_FAILED``,
 HTTP 500) before it is acknowledged: with ``--mem-queue-size=0`` an OK means the message is on disk in every
@@ -50,7 +50,8 @@ class Topic:
         # DPUBs waiting for a channel, with their delay in ms: it starts once they reach one, so the file they are
         # saved to at exit keeps the delay itself, where a channel's keeps due times
         self._held_deferred: list[tuple[QueuedMessage, int]] = [
-            (decode(payload), defer_ms) for defer_ms, payload in self.queue.backend.take_deferred()]
+            (decode(payload), defer_ms)
+            for defer_ms, payload in self.queue.backend.take_deferred(keep=self.queue.keeps_deferred)]
         # a topic restored at start-up hands its backlog out only once all its channels exist again
         self.started = started
         self._started_event: asyncio.Event | None = None  # made only when someone waits for the start
@@ -101,13 +102,15 @@ class Topic:
 
     def _hold(self, entries: list[QueuedMessage], defer_ms: int) -> None:
         """Raises TopicError, holding none of ``entries``, if the disk refuses them."""
-        if defer_ms:
-            self._held_deferred.extend((entry, defer_ms) for entry in entries)
-            return
         try:
-            self.queue.put(entries, keep_refused=False)
+            if not defer_ms:
+                self.queue.put(entries, keep_refused=False)
+                return
+            if self.queue.keeps_deferred:
+                self.queue.defer([(defer_ms, entry) for entry in entries], keep_refused=False)
         except OSError as error:
             raise TopicError(str(error)) from None
+        self._held_deferred.extend((entry, defer_ms) for entry in entries)
 
     def _distribute(self, entries: list[QueuedMessage], defer_ms: int, keep_refused: bool = True) -> None:
         """Every channel gets every entry. Without ``keep_refused`` (a publish), TopicError if a channel's disk
@@ -120,9 +123,12 @@ class Topic:
                 raise TopicError(str(error)) from None
             return
         now = time.monotonic()
-        for channel in self.channels.values():
-            for entry in entries:
-                channel.put_deferred(entry, defer_ms / 1000, now)
+        try:
+            for channel in self.channels.values():
+                for entry in entries:
+                    channel.put_deferred(entry, defer_ms / 1000, now, keep_refused)
+        except OSError as error:
+            raise TopicError(str(error)) from None
 
     def _pump_backlog(self) -> None:
         """Hands the backlog to the channels: memory first, then the disk queue a batch per event-loop turn, so
@@ -134,6 +140,8 @@ class Topic:
         held, self._held_deferred = self._held_deferred, []
         for entry, defer_ms in held:
             self._distribute([entry], defer_ms)
+        if held and self.queue.keeps_deferred:
+            self.queue.deferred_left(0, list)  # each channel keeps its copies now
         backend = self.queue.backend
         while backend.depth:
             records = backend.read(4096, framed=True)

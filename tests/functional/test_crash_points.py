@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import random
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
+from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
 from tests.conftest import FAST_SCAN
 from tests.crash_points import crash_round, drain_channel
 from tests.kill_points import KillPoint
@@ -33,7 +35,8 @@ async def test_kill_9_while_segments_roll_metadata_is_rewritten_and_messages_are
 async def test_kill_9_loses_nothing_in_flight_requeued_or_queued_behind_them(tmp_path: Path) -> None:
     """At --mem-queue-size=0 a channel keeps a message on disk until it is finished: killed while its consumer holds
     messages in flight, has requeued some (with and without a delay) and finished others after them, nsqd delivers
-    every unfinished one after the restart; finished ones may come back (at-least-once), counted."""
+    every unfinished one after the restart, the ones requeued with a delay once it is over; finished ones may
+    come back (at-least-once), counted."""
     nsqd = start_nsqd(*FAST_SCAN, "--mem-queue-size=0", "--sync-every=1", "--max-bytes-per-file=4000",
                       data_path=tmp_path)
     bodies = [b"m%03d" % n for n in range(300)]
@@ -49,6 +52,7 @@ async def test_kill_9_loses_nothing_in_flight_requeued_or_queued_behind_them(tmp
         finished = {message.body for message in messages[40:80]}  # the oldest 40 stay unfinished
         for message in messages[40:80]:
             consumer.send(b"FIN " + message.id + b"\n")
+        deferred = {message.body for message in messages[:10]}
         for message in messages[:10]:
             consumer.send(b"REQ " + message.id + b" 60000\n")
         for message in messages[10:20]:
@@ -62,14 +66,49 @@ async def test_kill_9_loses_nothing_in_flight_requeued_or_queued_behind_them(tmp
 
     nsqd = start_nsqd(*FAST_SCAN, "--mem-queue-size=0", data_path=tmp_path)
     try:
-        depth = nsqd.channel_stats("t", "c")["depth"]
-        received = await drain_channel(nsqd.tcp_address, "t", "c", depth)
+        stats = nsqd.channel_stats("t", "c")
+        received = await drain_channel(nsqd.tcp_address, "t", "c", stats["depth"])
     finally:
         nsqd.stop()
     missing = set(bodies) - finished - set(received)
-    assert not missing, f"{len(missing)} unfinished messages lost: {sorted(missing)[:5]}"
-    print(f"\nkill -9 with 60 in flight, 10 deferred, 10 requeued: 260 unfinished, 0 lost, "
-          f"{len(received) - 260} delivered again (finished, or the older copy of one requeued)")
+    assert missing == deferred and stats["deferred_count"] == 10, f"{len(missing - deferred)} unfinished lost"
+    print(f"\nkill -9 with 60 in flight, 10 deferred, 10 requeued: 260 unfinished, 0 lost, 10 still deferred, "
+          f"{len(received) - 250} delivered again (finished, or the older copy of one requeued)")
+
+
+async def test_kill_9_keeps_deferred_publishes_and_their_delays(tmp_path: Path) -> None:
+    """At --mem-queue-size=0 a DPUB's OK means on disk too: killed with messages DPUBed to a channel and to a topic
+    without channels, nsqd still has every one deferred after the restart, and delivers each once its delay is
+    over, not before."""
+    nsqd = start_nsqd(*FAST_SCAN, "--mem-queue-size=0", data_path=tmp_path)
+    try:
+        assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
+        assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
+        producer = await WireClient.connect(nsqd.tcp_address)
+        published = time.monotonic()
+        for n in range(20):
+            for topic, delay in ((b"t", b"3000"), (b"t", b"600000"), (b"held", b"3000")):
+                await producer.command(b"DPUB", topic, delay, body=b"%s-%s-%02d" % (topic, delay, n))
+                assert await producer.read_frame() == Frame(FRAME_TYPE_RESPONSE, b"OK")
+        nsqd.process.send_signal(signal.SIGKILL)
+        await producer.close()
+    finally:
+        nsqd.stop()
+
+    nsqd = start_nsqd(*FAST_SCAN, "--mem-queue-size=0", data_path=tmp_path)
+    try:
+        assert nsqd.channel_stats("t", "c")["deferred_count"] == 40
+        assert nsqd.http("POST", "/channel/create?topic=held&channel=c")[0] == 200  # their delay starts now
+        assert nsqd.channel_stats("held", "c")["deferred_count"] == 20
+        consumer = await WireClient.connect(nsqd.tcp_address)
+        await consumer.subscribe("t", "c", rdy=100)
+        messages = await consumer.read_messages(20, timeout=10)
+        assert time.monotonic() - published >= 3.0
+        assert sorted(message.body for message in messages) == [b"t-3000-%02d" % n for n in range(20)]
+        await consumer.close()
+        assert nsqd.channel_stats("t", "c")["deferred_count"] == 20  # the long ones wait on
+    finally:
+        nsqd.stop()
 
 
 # where a clean shutdown is killed: early and late among its writes (client sockets, log lines, records of messages

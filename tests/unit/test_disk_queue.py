@@ -274,3 +274,23 @@ def test_a_record_read_again_holds_its_message_in_place_of_the_older_copy(tmp_pa
     queue.sync_job()()
     # message 0's newer copy is what a restart must find: it starts after the older one
     assert (tmp_path / "t.diskqueue.meta.dat").read_text() == "1\n0,88\n0,132\n"
+
+
+def test_deferred_messages_appended_one_by_one_are_taken_and_kept(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    queue.append_deferred([(1, payload(1))])
+    queue.append_deferred([(2, payload(2)), (3, payload(3))])
+    path = tmp_path / "t.diskqueue.deferred.dat"
+    path.write_bytes(path.read_bytes() + b"\0\0\0")  # a torn end
+    again = make(tmp_path)
+    assert again.take_deferred(keep=True) == [(1, payload(1)), (2, payload(2)), (3, payload(3))]
+    again.append_deferred([(4, payload(4))])  # after the last whole record: the torn end was cut off
+    assert make(tmp_path).take_deferred() == [(n, payload(n)) for n in range(1, 5)]
+    assert not path.exists()
+
+
+def test_emptying_a_queue_drops_its_deferred_messages(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    queue.append_deferred([(1, payload(1))])
+    queue.empty()
+    assert not (tmp_path / "t.diskqueue.deferred.dat").exists() and queue.deferred_records == 0

@@ -130,3 +130,44 @@ def test_a_clean_exit_releases_what_it_wrote_again(tmp_path: Path) -> None:
 def test_topics_and_a_memory_queue_do_not_hold(tmp_path: Path) -> None:
     assert not storage(tmp_path, mem_queue_size=0).open("t").holds_until_finished
     assert not storage(tmp_path, mem_queue_size=2).open("t:c", channel=True).holds_until_finished
+
+
+def test_at_mem_queue_size_0_deferred_messages_are_on_disk_as_they_are_deferred(tmp_path: Path) -> None:
+    queue = storage(tmp_path, mem_queue_size=0).open("t:c", channel=True)
+    assert queue.keeps_deferred and not storage(tmp_path / "x", mem_queue_size=2).open("t:c").keeps_deferred
+    queue.put([message(0), message(1)], keep_refused=False)
+    queue.fill_memory(2)
+    requeued = queue.take_memory()[0]
+    queue.defer([(123, requeued), (456, message(2))], keep_refused=False)  # one requeued with a delay, a DPUB
+    # killed now: both are in the deferred file with their due times, and the requeued one is not read again
+    assert restarted(tmp_path, queue) == [b"body1"]
+    again = storage(tmp_path, mem_queue_size=0).open("t:c", channel=True)
+    assert again.backend.take_deferred(keep=True) == [(123, encode(requeued)), (456, encode(message(2)))]
+    assert again.backend.deferred_records == 2 and (tmp_path / "t:c.diskqueue.deferred.dat").exists()  # kept on: still deferred
+    again.backend.close()
+
+
+def test_a_deferral_the_disk_refuses_is_kept_in_memory_or_refused(tmp_path: Path) -> None:
+    nsqd_storage = storage(tmp_path, mem_queue_size=0)
+    queue = nsqd_storage.open("t:c", channel=True)
+    (tmp_path / "t:c.diskqueue.deferred.dat").mkdir()  # no write to it succeeds
+    with pytest.raises(OSError):
+        queue.defer([(1, message(0))], keep_refused=False)
+    queue.defer([(1, message(1))], keep_refused=True)
+    assert nsqd_storage.health.status.startswith("failed to write messages to t:c - ")
+
+
+def test_the_deferred_file_is_replaced_by_what_is_still_deferred_once_it_holds_mostly_gone_ones(
+        tmp_path: Path) -> None:
+    queue = storage(tmp_path, mem_queue_size=0).open("t:c", channel=True)
+    queue.defer([(n, message(n)) for n in range(3000)], keep_refused=False)
+    still = [(n, encode(message(n))) for n in range(2100, 3000)]
+    queue.deferred_left(2000, lambda: still[:])  # 3,000 records for 2,000 deferred: not yet
+    assert queue.backend.deferred_records == 3000
+    queue.deferred_left(900, lambda: still[:])
+    assert queue.backend.deferred_records == 900
+    queue.defer([(9, message(9))], keep_refused=False)  # appended to the new file
+    assert queue.backend.take_deferred() == [*still, (9, encode(message(9)))]
+    queue.deferred_left(0, list)
+    assert not (tmp_path / "t:c.diskqueue.deferred.dat").exists()
+    queue.backend.close()
