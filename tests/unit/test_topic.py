@@ -86,6 +86,23 @@ def test_a_publish_the_disk_refuses_is_refused_whole(tmp_path: Path) -> None:
     topic.flush_to_disk()
 
 
+
+@pytest.mark.parametrize("name", ["t", "t:c"])
+def test_at_mem_queue_size_0_a_deferred_publish_the_disk_refuses_is_refused(tmp_path: Path, name: str) -> None:
+    """Refused by the topic's deferred file (no channel yet) or by its channel's: never held in memory alone."""
+    settings = options(mem_queue_size=0)
+    topic = Topic("t", settings, Storage(tmp_path, settings), lambda topic: None)
+    if name == "t:c":
+        channel = topic.get_channel("c")
+    (tmp_path / f"{name}.diskqueue.deferred.dat").mkdir()  # no write to it succeeds
+    with pytest.raises(TopicError):
+        topic.publish([b"later"], defer_ms=1000)
+    assert topic.depth == 0 and topic.message_count == 0
+    if name == "t:c":
+        assert not channel.deferred and channel.message_count == 0
+    topic.flush_to_disk()
+
+
 def test_ephemeral_channels_do_not_block_publishing() -> None:
     topic = make_topic(mem_queue_size=1)
     topic.get_channel("tail#ephemeral")
