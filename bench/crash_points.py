@@ -2,10 +2,10 @@
 
 Each round is tests.crash_points' (the scenario tests/functional/test_crash_points.py runs 4 times): nsqd at
 ``--mem-queue-size=0`` with segments rolling every 7 messages, producers creating a topic every 5 messages (each
-rewrites nsqd.dat) and publishing to a topic whose consumer finishes, requeues and holds messages, killed with
-SIGKILL at a random moment; then restarted and drained. Prints the rounds run, the messages acknowledged, lost
-(must be 0), delivered again (finished or requeued ones read again: at-least-once) and the restart's seconds.
-Exits 1 if anything was lost.
+rewrites nsqd.dat) and publishing (PUB and DPUB) to a topic whose consumer finishes, requeues and holds messages,
+killed with SIGKILL at a random moment; then restarted and drained. Prints the rounds run, the messages
+acknowledged, lost (must be 0), delivered again (finished or requeued ones read again: at-least-once), still
+deferred (published or requeued with a minute's delay) and the restart's seconds. Exits 1 if anything was lost.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ async def run(rounds: int, seed: int) -> list[RoundResult]:
             result = await crash_round(data_path, rng)
             results.append(result)
             print(f"round {number}: {result.acknowledged} acknowledged, {result.lost} lost, "
-                  f"{result.delivered_again} delivered again, restarted in {result.restart_seconds:.2f} s",
+                  f"{result.delivered_again} delivered again, {result.still_deferred} still deferred, "
+                  f"restarted in {result.restart_seconds:.2f} s",
                   flush=True)
     return results
 
@@ -47,6 +48,8 @@ def main() -> None:
     print(f"messages acknowledged: {sum(result.acknowledged for result in results)}")
     print(f"lost: {lost}")
     print(f"delivered again: {sum(result.delivered_again for result in results)}")
+    print(f"still deferred (published or requeued with a minute's delay): "
+          f"{sum(result.still_deferred for result in results)}")
     print(f"restart: {restarts[0]:.2f}-{restarts[-1]:.2f} s (process start to listening)")
     sys.exit(1 if lost else 0)
 

@@ -4,11 +4,11 @@ bench/crash_points.py (many).
 A round (:func:`crash_round`) runs nsqd at ``--mem-queue-size=0`` with segments that roll every few messages and
 kills it with SIGKILL at a random moment while:
 - producers publish to one new topic after another (each rewrites nsqd.dat), recording what got OK;
-- producers publish to topic ``work``, whose channel's consumer finishes most of what it gets, requeues some (with
-  and without a delay) and leaves the rest in flight.
+- producers publish (PUB, and DPUB with a delay of a minute) to topic ``work``, whose channel's consumer finishes
+  most of what it gets, requeues some (with and without a delay) and leaves the rest in flight.
 The next start must succeed and leave no half-written file behind, and every message acknowledged and not finished
-must be delivered (or still be deferred, for the ones requeued with a delay); finished ones may come again
-(at-least-once), counted.
+must be delivered (or still be deferred, for the ones published or requeued with a delay); finished ones may come
+again (at-least-once), counted.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ class RoundResult:
 
 
 async def publish_until_killed(address: tuple[str, int], worker: int, acknowledged: dict[str, list[bytes]],
-                               topic_of: str | None = None) -> None:
+                               topic_of: str | None = None, deferred: set[bytes] | None = None) -> None:
     """PUBs, recording what got OK, until the connection dies: to ``topic_of``, or to one new topic after another
-    (each rewrites nsqd.dat)."""
+    (each rewrites nsqd.dat). Given ``deferred``, DPUBs with a delay of a minute instead, recorded there too."""
     try:
         client = await WireClient.connect(address)
     except OSError:
@@ -53,10 +53,15 @@ async def publish_until_killed(address: tuple[str, int], worker: int, acknowledg
         for n in range(1_000_000):
             topic = topic_of or f"crash{worker}-{n // MESSAGES_PER_TOPIC}"
             body = (b"w%d-%d" % (worker, n)).ljust(100, b".")
-            await client.command(b"PUB", topic.encode(), body=body)
+            if deferred is None:
+                await client.command(b"PUB", topic.encode(), body=body)
+            else:
+                await client.command(b"DPUB", topic.encode(), b"60000", body=body)
             if await client.read_frame(timeout=5) != Frame(FRAME_TYPE_RESPONSE, b"OK"):
                 return
             acknowledged.setdefault(topic, []).append(body)
+            if deferred is not None:
+                deferred.add(body)
     except (ConnectionError, OSError, asyncio.TimeoutError):
         return
     finally:
@@ -113,6 +118,7 @@ async def crash_round(data_path: Path, rng: random.Random) -> RoundResult:
         tasks = [asyncio.create_task(publish_until_killed(nsqd.tcp_address, worker, acknowledged))
                  for worker in range(2)]
         tasks.append(asyncio.create_task(publish_until_killed(nsqd.tcp_address, 2, acknowledged, WORK)))
+        tasks.append(asyncio.create_task(publish_until_killed(nsqd.tcp_address, 3, acknowledged, WORK, deferred)))
         tasks.append(asyncio.create_task(consume_until_killed(nsqd.tcp_address, rng, finished, deferred)))
         await asyncio.sleep(rng.uniform(0.3, 1.0))
         nsqd.process.send_signal(signal.SIGKILL)
