@@ -93,9 +93,8 @@ class Channel:
         memory, or with ``keep_refused=False`` (a publish, not acknowledged yet) OSError is raised and they are
         not this channel's."""
         if self._on_disk:
-            self.queue.put(entries, keep_refused)
+            self._through_disk(entries, keep_refused)
             self.message_count += len(entries)
-            self._drain()
             return
         delivered = self._deliver_now(entries)
         self.message_count += delivered
@@ -144,10 +143,14 @@ class Channel:
         """A message accepted earlier (requeued, timed out, due): delivered, or queued."""
         entries = [entry]
         if self._on_disk:
-            self.queue.put(entries, keep_refused=True)
-            self._drain()
+            self._through_disk(entries)
         elif not self._deliver_now(entries):
             self.queue.put(entries, keep_refused=True)
+
+    def _through_disk(self, entries: list[QueuedMessage], keep_refused: bool = True) -> None:
+        """At ``--mem-queue-size=0``: to the disk queue, and from there to the consumers with room."""
+        self.queue.put(entries, keep_refused)
+        self._drain()
 
     def _deliver(self, client: Client, entry: QueuedMessage, now: float) -> None:
         if client.sample_rate and _percentile() > client.sample_rate:
