@@ -350,6 +350,8 @@ class Channel:
             "client_count": len(self.clients), "clients": clients, "paused": self.paused,
             "e2e_processing_latency": self.e2e.result(now) if self.e2e is not None else DISABLED,
         })
+        if self._opts.max_bytes_per_queue:  # beyond NSQ: only with the cap
+            stats["dropped_count"] = self.dropped_count
         return stats
 
 

@@ -21,6 +21,11 @@ The metadata then names the oldest record still held as the read position, and a
 everything in it is released: a process killed while messages are in flight or deferred reads them again at its
 next start (duplicates of the ones finished after them, never a loss).
 
+A cap (``max_bytes``, ``--max-bytes-per-queue``) bounds the bytes of the records waiting to be read: a write that
+would pass it raises ``QueueFull``, or with ``drop_oldest`` the oldest records are dropped to make room (counted).
+The files may hold up to one ``--max-bytes-per-file`` more (a file is deleted once read to its end), and at
+``--mem-queue-size=0`` the records held for messages in flight.
+
 Deferred messages go to ``<name>.diskqueue.deferred.dat`` with their due times: at exit, the whole file replaced
 (``save_deferred``); and, at ``--mem-queue-size=0``, as they are deferred, appended with one write each
 (``append_deferred``), so that a crash loses none. The file is then replaced by the messages still deferred once it
@@ -49,6 +54,10 @@ _READ_CHUNK = 256 * 1024
 MIN_RECORD = 26
 
 
+class QueueFull(Exception):
+    """A write the queue's cap refuses."""
+
+
 @dataclass
 class Positions:
     depth: int = 0
@@ -59,10 +68,9 @@ class Positions:
 
 
 class DiskQueue:
-    dropped_count = 0  # it keeps every message it is given
-
     def __init__(self, name: str, data_path: Path, max_bytes_per_file: int, max_msg_size: int,
-                 sync_every: int, hold_key: Callable[[bytes], bytes] | None = None) -> None:
+                 sync_every: int, hold_key: Callable[[bytes], bytes] | None = None, max_bytes: int = 0,
+                 drop_oldest: bool = False) -> None:
         self.name = name
         self._data_path = data_path
         self._max_bytes_per_file = max_bytes_per_file
@@ -81,6 +89,10 @@ class DiskQueue:
         self._reader: _Reader | None = None
         self._deleted = False
         self._recover_tail()
+        self._max_bytes = max_bytes
+        self._drop_oldest = drop_oldest
+        self.dropped_count = 0
+        self._bytes = self._unread_bytes()  # of the records waiting to be read
 
     # -- state -------------------------------------------------------------------------------------------
 
@@ -110,19 +122,24 @@ class DiskQueue:
 
     # -- writing -----------------------------------------------------------------------------------------
 
-    def put(self, payloads: list[bytes]) -> None:
-        """Appends every payload, or raises OSError having appended none (a partial write is cut back)."""
+    def put(self, payloads: list[bytes], capped: bool = True) -> None:
+        """Appends every payload, or raises OSError (or QueueFull, unless not ``capped``) having appended none (a
+        partial write is cut back)."""
         if not payloads:
             return
         if len(payloads) == 1 and MIN_RECORD <= len(payloads[0]) <= self._max_record:
             record = _SIZE.pack(len(payloads[0])) + payloads[0]
             if self._positions.write_pos + len(record) <= self._max_bytes_per_file:
+                if self._max_bytes and capped:
+                    self._make_room(len(record))
                 self._write(record, 1)  # one message per request: the common case, kept short
                 return
         sizes = list(map(len, payloads))
         if min(sizes) < MIN_RECORD or max(sizes) > self._max_record:
             raise ValueError(f"invalid message size {min(sizes)}..{max(sizes)}")
         total = sum(sizes) + 4 * len(sizes)
+        if self._max_bytes and capped:
+            self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
             # the common case, all in the current file: headers and payloads joined in one pass
             self._write(b"".join(chain.from_iterable(zip(map(_SIZE.pack, sizes), payloads))), len(payloads))
@@ -133,6 +150,8 @@ class DiskQueue:
         """``put`` for records as ``read(framed=True)`` returns them, size prefix included (another queue's, moved
         as they are)."""
         total = sum(map(len, records))
+        if self._max_bytes:
+            self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
             self._write(b"".join(records), len(records))
         else:
@@ -163,6 +182,46 @@ class DiskQueue:
         self._positions.write_pos += len(data)
         self._positions.depth += count
         self._unsynced += count
+        self._bytes += len(data)
+
+    # -- the cap -----------------------------------------------------------------------------------------
+
+    def check_room(self, size: int) -> None:
+        """Raises QueueFull if the cap refuses records of ``size`` bytes (in all)."""
+        if self._max_bytes and self._bytes + size > self._max_bytes and \
+                (not self._drop_oldest or size > self._max_bytes):
+            raise QueueFull(f"queue {self.name} is full: {self._bytes} of its --max-bytes-per-queue={self._max_bytes}"
+                            f" bytes taken, {size} more refused")
+
+    def _make_room(self, size: int) -> None:
+        self.check_room(size)
+        if self._bytes + size > self._max_bytes:
+            self._drop(self._bytes + size - self._max_bytes)
+
+    def _drop(self, size: int) -> None:
+        """Drops the oldest records until ``size`` bytes are free; 1/64 of the cap at least, so that a queue kept
+        at its cap does not read on every write."""
+        target = self._bytes - max(size, self._max_bytes // 64)
+        while self._bytes > target:
+            average = max(4 + MIN_RECORD, self._bytes // max(1, self._positions.depth))
+            dropped = self.read((self._bytes - target) // average + 1)
+            if not dropped:
+                break
+            if self._hold_key is not None:
+                for payload in dropped:
+                    self.release(self._hold_key(payload))
+            self.dropped_count += len(dropped)
+
+    def _unread_bytes(self) -> int:
+        """The bytes of the records from the read position to the write position, from the files' sizes."""
+        positions = self._positions
+        total = positions.write_pos - positions.read_pos
+        for number in range(positions.read_file, positions.write_file):
+            try:
+                total += self.file_path(number).stat().st_size
+            except FileNotFoundError:
+                pass
+        return max(0, total)
 
     def _open_write_file(self) -> int:
         if self._write_fd is None:
@@ -207,6 +266,7 @@ class DiskQueue:
                 continue
             if self._hold_key is not None:
                 self._hold(taken, positions.read_file, positions.read_pos, framed)
+            self._bytes -= reader.position - positions.read_pos
             positions.read_pos = reader.position
             positions.depth -= len(taken)
             self._unsynced += len(taken)
@@ -284,6 +344,7 @@ class DiskQueue:
             self._positions.write_pos = 0
         self._positions.read_file += 1
         self._positions.read_pos = 0
+        self._bytes = self._unread_bytes()
 
     def _check_depth_at_tail(self) -> None:
         if self._positions.depth != 0:
@@ -340,6 +401,7 @@ class DiskQueue:
         next_file = self._positions.write_file + 1
         self._positions = Positions(0, next_file, 0, next_file, 0)
         self._first_file = next_file
+        self._bytes = 0
         self._held.clear()
         self.sync_job()()
         self.deferred_path.unlink(missing_ok=True)

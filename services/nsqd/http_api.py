@@ -20,7 +20,7 @@ from shared.runtime_config import address_list, option_value, set_log_level
 from shared.version import VERSION
 
 from .http_router import NSQ_V1, Request, Response, Router, json_response
-from .topic import Topic, TopicError
+from .topic import Topic, TopicError, TopicFull
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -142,6 +142,8 @@ class _API:
         except TopicError as error:
             if topic.exiting:
                 raise HTTPError(503, "EXITING") from None
+            if isinstance(error, TopicFull):
+                raise HTTPError(500, f"QUEUE_FULL - {error}") from None
             log.error("failed to publish to topic(%s) - %s", topic.name, error)
             raise HTTPError(500, "INTERNAL_ERROR") from None  # the disk refused it
         return topic.when_started(_OK)

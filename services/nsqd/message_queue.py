@@ -13,7 +13,8 @@ most of it is gone (``deferred_left``). A crash may then deliver a message twice
 
 A write the disk refuses is reported to nsqd's health and leaves the choice to the caller: the messages either
 stay in memory (a channel: nothing accepted is dropped) or are refused as a whole, nothing of them queued (a
-topic: the publish fails). A write that succeeds reports health restored.
+topic: the publish fails). A write that succeeds reports health restored. A write the queue's cap
+(``--max-bytes-per-queue``) refuses is the same, but for health: a full queue is the policy at work, not a fault.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from shared.names import is_ephemeral
 
-from .disk_queue import DiskQueue
+from .disk_queue import MIN_RECORD, DiskQueue, QueueFull
 from .health import Health
 from .message import QueuedMessage, decode, encode, message_id
 
@@ -50,7 +51,9 @@ class Backend(Protocol):
     @property
     def depth(self) -> int: ...
 
-    def put(self, payloads: list[bytes]) -> None: ...
+    def put(self, payloads: list[bytes], capped: bool = True) -> None: ...
+
+    def check_room(self, size: int) -> None: ...
 
     def put_records(self, records: list[bytes]) -> None: ...
 
@@ -84,8 +87,11 @@ class NullBackend:
         self.name = name
         self.dropped_count = 0
 
-    def put(self, payloads: list[bytes]) -> None:
+    def put(self, payloads: list[bytes], capped: bool = True) -> None:
         self.dropped_count += len(payloads)
+
+    def check_room(self, size: int) -> None:
+        pass
 
     def put_records(self, records: list[bytes]) -> None:
         self.dropped_count += len(records)
@@ -157,8 +163,9 @@ class MessageQueue:
         room = max(0, room)
         try:
             self.backend.put([encode(entry) for entry in (entries[room:] if room else entries)])
-        except OSError as error:
-            self._refused(error)
+        except (OSError, QueueFull) as error:
+            if isinstance(error, OSError):
+                self._refused(error)
             if not keep_refused:
                 raise
             self.memory.extend(entries)
@@ -169,6 +176,12 @@ class MessageQueue:
                 self.backend.release(entry[0])
         if room:
             self.memory.extend(entries[:room])
+
+    def check_room(self, entries: list[QueuedMessage]) -> None:
+        """Raises QueueFull if the cap would refuse what of ``entries`` memory cannot hold."""
+        spill = len(entries) - self.room
+        if spill > 0:
+            self.backend.check_room(sum(4 + MIN_RECORD + len(entry[1]) for entry in entries[-spill:]))
 
     def defer(self, entries: list[tuple[int, QueuedMessage]], keep_refused: bool) -> None:
         """With ``keeps_deferred``: ``entries`` (each with its due time, or delay) go to the deferred file. If
@@ -204,8 +217,9 @@ class MessageQueue:
         disk refuses, they stay in memory, decoded."""
         try:
             self.backend.put_records(records)
-        except OSError as error:
-            self._refused(error)
+        except (OSError, QueueFull) as error:
+            if isinstance(error, OSError):
+                self._refused(error)
             self.memory.extend(decode(record, 4) for record in records)
             return
         self._written()
@@ -249,7 +263,7 @@ class MessageQueue:
         Messages the disk refuses now are lost, and logged."""
         entries = self.take_memory() + entries
         try:
-            self.backend.put([encode(entry) for entry in entries])
+            self.backend.put([encode(entry) for entry in entries], capped=False)  # accepted: the cap is for news
             self.backend.save_deferred(deferred)
             self.backend.release_all()  # all safe in their new copies
         except OSError as error:
@@ -277,8 +291,10 @@ class Storage:
     def _backend(self, name: str, hold: bool) -> Backend:
         if self.data_path is None or is_ephemeral(name):
             return NullBackend(name)
-        queue = DiskQueue(name, self.data_path, self._opts.max_bytes_per_file, self._opts.max_msg_size,
-                          self._opts.sync_every, hold_key=message_id if hold else None)
+        opts = self._opts
+        queue = DiskQueue(name, self.data_path, opts.max_bytes_per_file, opts.max_msg_size, opts.sync_every,
+                          hold_key=message_id if hold else None, max_bytes=opts.max_bytes_per_queue,
+                          drop_oldest=opts.queue_full_policy == "drop-oldest")
         self.queues[name] = queue
         return queue
 

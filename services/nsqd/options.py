@@ -54,6 +54,10 @@ class Options(ProgramOptions):
     data_path: str = option("", "path to store disk-backed messages")
     mem_queue_size: int = option(10000, "number of messages to keep in memory (per topic/channel)")
     max_bytes_per_file: int = option(104857600, "number of bytes per diskqueue file before rolling")
+    max_bytes_per_queue: int = option(0, "bytes of messages waiting on disk a topic's or channel's disk queue "
+                                         "may hold (0: unbounded)")
+    queue_full_policy: str = option("refuse", "when a disk queue is at --max-bytes-per-queue: 'refuse' "
+                                              "publishes or 'drop-oldest' messages")
     sync_every: int = option(2500, "number of messages per diskqueue fsync")
     sync_timeout: float = option(2.0, "duration of time per diskqueue fsync", kind="duration")
 
@@ -136,6 +140,10 @@ class Options(ProgramOptions):
             raise FlagError("cannot require TLS client connections without TLS key and cert")
         if self.mem_queue_size < 0:
             raise FlagError("--mem-queue-size must be >= 0")
+        if self.max_bytes_per_queue < 0:
+            raise FlagError("--max-bytes-per-queue must be >= 0")
+        if self.queue_full_policy not in ("refuse", "drop-oldest"):
+            raise FlagError(f"--queue-full-policy: invalid value {self.queue_full_policy!r} (refuse or drop-oldest)")
         if (self.external_broadcast_tcp_port or self.external_broadcast_http_port) \
                 and not self.external_broadcast_address:
             raise FlagError("--external-broadcast-tcp-port and --external-broadcast-http-port need "

@@ -10,7 +10,8 @@ A publish that the topic's disk queue, or a channel's, cannot take is refused (`
 HTTP 500) before it is acknowledged: with ``--mem-queue-size=0`` an OK means the message is on disk in every
 channel. Nothing acknowledged is ever dropped, except by ephemeral topics and channels, which discard what their
 memory queue cannot hold, as NSQ's do. nsqd reports itself unhealthy from a refused write until a write or a
-publish succeeds again.
+publish succeeds again. A publish a queue's ``--max-bytes-per-queue`` refuses is refused too (``TopicFull``), and
+checked against every channel first, so that no channel takes it then.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 from shared.names import is_ephemeral
 
 from .channel import Channel
+from .disk_queue import QueueFull
 from .latency_window import DISABLED, summarize
 from .guid import GuidFactory
 from .message import QueuedMessage, decode, encode
@@ -37,6 +39,10 @@ if TYPE_CHECKING:
 
 class TopicError(Exception):
     """A publish the topic cannot take; the text follows NSQ's (``exiting``)."""
+
+
+class TopicFull(TopicError):
+    """A publish the topic's disk queue, or a channel's, refuses at its ``--max-bytes-per-queue``."""
 
 
 class Topic:
@@ -110,6 +116,8 @@ class Topic:
                 self.queue.defer([(defer_ms, entry) for entry in entries], keep_refused=False)
         except OSError as error:
             raise TopicError(str(error)) from None
+        except QueueFull as error:
+            raise TopicFull(str(error)) from None
         self._held_deferred.extend((entry, defer_ms) for entry in entries)
 
     def _distribute(self, entries: list[QueuedMessage], defer_ms: int, keep_refused: bool = True) -> None:
@@ -117,10 +125,15 @@ class Topic:
         refuses them: the publish is not acknowledged, though the channels before that one may have taken it."""
         if not defer_ms:
             try:
+                if not keep_refused and self._opts.max_bytes_per_queue:
+                    for channel in self.channels.values():
+                        channel.queue.check_room(entries)
                 for channel in self.channels.values():
                     channel.put_new(entries, keep_refused)
             except OSError as error:
                 raise TopicError(str(error)) from None
+            except QueueFull as error:
+                raise TopicFull(str(error)) from None
             return
         now = time.monotonic()
         try:
@@ -244,11 +257,14 @@ class Topic:
     def stats(self, channel_name: str | None, include_clients: bool, now: float) -> dict[str, Any]:
         names = sorted(self.channels) if channel_name is None else [channel_name]
         channels = [self.channels[name].stats(include_clients, now) for name in names]
-        return {
+        stats = {
             "topic_name": self.name, "channels": channels, "depth": self.depth, "backend_depth": self.backend_depth,
             "message_count": self.message_count, "message_bytes": self.message_bytes, "paused": self.paused,
             "e2e_processing_latency": self._e2e(now),
         }
+        if self._opts.max_bytes_per_queue:  # beyond NSQ: only with the cap
+            stats["dropped_count"] = self.dropped_count
+        return stats
 
     def _e2e(self, now: float) -> dict[str, Any]:
         windows = [channel.e2e for channel in self.channels.values() if channel.e2e is not None]

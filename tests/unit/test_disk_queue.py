@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.nsqd.disk_queue import DiskQueue
+from services.nsqd.disk_queue import DiskQueue, QueueFull
 
 
 def payload(n: int, size: int = 40) -> bytes:
@@ -294,3 +294,59 @@ def test_emptying_a_queue_drops_its_deferred_messages(tmp_path: Path) -> None:
     queue.append_deferred([(1, payload(1))])
     queue.empty()
     assert not (tmp_path / "t.diskqueue.deferred.dat").exists() and queue.deferred_records == 0
+
+
+def capped(path: Path, max_bytes: int, drop_oldest: bool = False, holding: bool = False) -> DiskQueue:
+    queue = DiskQueue("t", path, max_bytes_per_file=200, max_msg_size=1000, sync_every=2500,
+                      hold_key=first_ten_bytes if holding else None, max_bytes=max_bytes, drop_oldest=drop_oldest)
+    _opened.append(queue)
+    return queue
+
+
+def test_a_capped_queue_refuses_what_would_pass_its_cap_whole(tmp_path: Path) -> None:
+    queue = capped(tmp_path, max_bytes=440)  # 44-byte records: 10 fit
+    queue.put([payload(n) for n in range(8)])
+    with pytest.raises(QueueFull, match=r"queue t is full: 352 of its --max-bytes-per-queue=440 bytes taken"):
+        queue.put([payload(n) for n in range(8, 11)])
+    queue.put([payload(8)])
+    assert queue.depth == 9
+    assert queue.read(3) == [payload(0), payload(1), payload(2)]  # reading makes room
+    queue.put([payload(n) for n in range(9, 13)])
+    assert read_all(queue) == [payload(n) for n in range(3, 13)]
+
+
+def test_a_restarted_queue_knows_how_full_it_is(tmp_path: Path) -> None:
+    queue = capped(tmp_path, max_bytes=440)
+    queue.put([payload(n) for n in range(10)])  # across files of 200 bytes
+    queue.read(2)
+    queue.close()
+    again = capped(tmp_path, max_bytes=440)
+    again.put([payload(10), payload(11)])
+    with pytest.raises(QueueFull):
+        again.put([payload(12)])
+
+
+def test_a_drop_oldest_queue_drops_the_oldest_to_make_room(tmp_path: Path) -> None:
+    queue = capped(tmp_path, max_bytes=440, drop_oldest=True)
+    queue.put([payload(n) for n in range(10)])
+    queue.put([payload(10)])
+    assert queue.dropped_count >= 1 and queue.depth == 11 - queue.dropped_count
+    kept = read_all(queue)
+    assert kept == [payload(n) for n in range(queue.dropped_count, 11)]
+    with pytest.raises(QueueFull):  # what the cap could never hold is refused, nothing dropped for it
+        queue.put([payload(n) for n in range(11)])
+
+
+def test_a_holding_queue_drops_without_holding_what_it_dropped(tmp_path: Path) -> None:
+    queue = capped(tmp_path, max_bytes=440, drop_oldest=True, holding=True)
+    queue.put([payload(n) for n in range(10)])
+    in_flight = queue.read(2)
+    queue.put([payload(n) for n in range(10, 13)])
+    dropped = queue.dropped_count
+    assert dropped >= 1
+    for message in in_flight:
+        queue.release(first_ten_bytes(message))
+    queue.close()
+    # nothing held: a restart reads on after the dropped ones (had one in flight been held, a restart would read
+    # again from it, the dropped ones after it included: at-least-once)
+    assert read_all(make(tmp_path, max_bytes=200)) == [payload(n) for n in range(2 + dropped, 13)]
