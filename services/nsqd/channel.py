@@ -11,6 +11,9 @@ does. A publish the disk refuses is refused (see topic.py); a message accepted e
 the topic's backlog) that the disk refuses stays in memory, and nsqd reports itself unhealthy: nothing accepted is
 dropped, except by ephemeral channels, which discard what their memory queue cannot hold, as NSQ's do.
 
+With a message TTL (``ttl_ns``: ``--msg-ttl`` or the topic's own), a message older than it is never delivered: it
+is dropped and counted (``expired_count``) when it is taken from the queue to be delivered.
+
 At ``--mem-queue-size=0`` (``_on_disk``) every message reaches a consumer through the disk queue, never handed
 over directly, and stays there until it is finished (see message_queue.py), and a deferred message (a DPUB's,
 or one requeued with a delay) is in the disk queue's deferred file with its due time until it is queued again: a
@@ -55,6 +58,8 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        self.expired_count = 0
+        self.ttl_ns = round(opts.msg_ttl * 1e9)  # the topic sets its own
         # deliveries to consumers; NSQ reports them as global_msg_count (not zone- or region-local)
         self.delivered_count = 0
         self._opts = opts
@@ -156,6 +161,8 @@ class Channel:
         if client.sample_rate and _percentile() > client.sample_rate:
             self.queue.release(entry[0])
             return  # NSQ's sampling: the message is gone for the whole channel
+        if self.ttl_ns and not self._unexpired([entry]):
+            return
         msg = InFlightMessage(entry, client, now, now + client.msg_timeout)
         self.delivered_count += 1
         self.in_flight.push(msg)
@@ -168,6 +175,17 @@ class Channel:
         elif len(ready) > 1:
             del ready[client]
             ready[client] = None  # round robin among clients with room
+
+    def _unexpired(self, entries: list[QueuedMessage]) -> list[QueuedMessage]:
+        """``entries`` but the ones older than the TTL, which are dropped."""
+        oldest = time.time_ns() - self.ttl_ns
+        kept = [entry for entry in entries if entry[2] >= oldest]
+        if len(kept) < len(entries):
+            for entry in entries:
+                if entry[2] < oldest:
+                    self.expired_count += 1
+                    self.queue.release(entry[0])
+        return kept
 
     def room_in_clients(self) -> int:
         """How many messages the consumers with room would take right now."""
@@ -198,7 +216,14 @@ class Channel:
         per_buffer = max(1, client.output_buffer_size // (_FRAME_OVERHEAD + len(memory[0][1])))
         count = min(client.ready_count - client.in_flight_count, len(memory), per_buffer)
         deadline = now + client.msg_timeout
-        messages = [InFlightMessage(memory.popleft(), client, now, deadline) for _ in range(count)]
+        if self.ttl_ns:
+            entries = self._unexpired([memory.popleft() for _ in range(count)])
+            if not entries:
+                return
+            count = len(entries)
+            messages = [InFlightMessage(entry, client, now, deadline) for entry in entries]
+        else:
+            messages = [InFlightMessage(memory.popleft(), client, now, deadline) for _ in range(count)]
         self.delivered_count += count
         self.in_flight.push_all(messages)
         client.send_messages(messages)  # may pause writing, which takes the client out of the ready ones
@@ -352,6 +377,8 @@ class Channel:
         })
         if self._opts.max_bytes_per_queue:  # beyond NSQ: only with the cap
             stats["dropped_count"] = self.dropped_count
+        if self.ttl_ns or self.expired_count:  # beyond NSQ: only with a TTL
+            stats["expired_count"] = self.expired_count
         return stats
 
 

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+from shared.flags import parse_duration
 from shared.http_conventions import HTTPError, parse_bool
 from shared.names import is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import split_mpub
@@ -41,6 +42,7 @@ def build_router(nsqd: NSQD) -> Router:
     for action in ("create", "delete", "empty", "pause", "unpause"):
         router.add("POST", f"/topic/{action}", getattr(api, f"topic_{action}"))
         router.add("POST", f"/channel/{action}", getattr(api, f"channel_{action}"))
+    router.add("POST", "/topic/ttl", api.topic_ttl)
     router.add("PUT", "/config/:opt", api.config, lambda: opts.max_msg_size)
     return router
 
@@ -217,6 +219,22 @@ class _API:
 
     async def topic_unpause(self, request: Request) -> Response:
         self._named_topic(request).unpause()
+        await self.nsqd.persist_metadata()
+        return _EMPTY
+
+    async def topic_ttl(self, request: Request) -> Response:
+        """Beyond NSQ: the topic's own message TTL (``ttl``, a Go duration; 0: none), kept in nsqd.dat."""
+        topic = self._named_topic(request)
+        text = request.query.get("ttl")
+        if text is None:
+            raise HTTPError(400, "MISSING_ARG_TTL")
+        try:
+            seconds = parse_duration(text)
+        except ValueError:
+            raise HTTPError(400, "INVALID_TTL") from None
+        if seconds < 0:
+            raise HTTPError(400, "INVALID_TTL")
+        topic.set_ttl(seconds)
         await self.nsqd.persist_metadata()
         return _EMPTY
 

@@ -3,6 +3,8 @@ recreates them. NSQ's format::
 
     {"topics":[{"name":"t","paused":false,"channels":[{"name":"c","paused":false}]}],"version":"1.3.0"}
 
+Beyond NSQ, a topic with a message TTL of its own has ``"ttl":"1h0m0s"`` (a Go duration; NSQ ignores the field).
+
 Ephemeral topics and channels are never written. The file is replaced atomically (``atomic_file``), so a crash
 leaves the old file or the new one, never half.
 The data path itself is locked while an nsqd uses it, so two never share one.
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shared.flags import format_duration, parse_duration
 from shared.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
 from shared.version import VERSION
 
@@ -49,19 +52,21 @@ class TopicMetadata:
     name: str
     paused: bool = False
     channels: list[ChannelMetadata] = field(default_factory=list)
+    ttl: float | None = None
 
 
 def snapshot(topics: dict[str, Topic]) -> list[TopicMetadata]:
     """What nsqd.dat records of ``topics``; taken on the event loop, cheap."""
     return [TopicMetadata(topic.name, topic.paused,
                           [ChannelMetadata(channel.name, channel.paused) for channel in topic.channels.values()
-                           if not channel.ephemeral])
+                           if not channel.ephemeral], topic.ttl)
             for topic in topics.values() if not topic.ephemeral]
 
 
 def save(data_path: Path, topics: list[TopicMetadata]) -> None:
     document = {"topics": [{"name": topic.name, "paused": topic.paused,
-                            "channels": [{"name": c.name, "paused": c.paused} for c in topic.channels]}
+                            "channels": [{"name": c.name, "paused": c.paused} for c in topic.channels],
+                            **({} if topic.ttl is None else {"ttl": format_duration(topic.ttl)})}
                            for topic in topics],
                 "version": VERSION}
     atomic_file.replace(data_path / FILENAME, json.dumps(document, separators=(",", ":")).encode(),
@@ -118,7 +123,9 @@ def _topic(raw: dict[str, Any]) -> TopicMetadata | None:
             log.warning("skipping creation of invalid channel %s", channel["name"])
             continue
         channels.append(ChannelMetadata(channel["name"], bool(channel.get("paused", False))))
-    return TopicMetadata(name, bool(raw.get("paused", False)), channels)
+    ttl = raw.get("ttl")
+    return TopicMetadata(name, bool(raw.get("paused", False)), channels,
+                         None if ttl is None else parse_duration(ttl))
 
 
 class DataPathLock:

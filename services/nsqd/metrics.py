@@ -31,7 +31,8 @@ class NSQDCollector:
         topic_messages = counter("nsq_topic_messages", "Messages published to the topic", topic_labels)
         topic_bytes = counter("nsq_topic_message_bytes", "Bytes published to the topic", topic_labels)
         topic_paused = gauge("nsq_topic_paused", "1 if the topic is paused", topic_labels)
-        topic_dropped = counter("nsq_topic_dropped", "Messages an ephemeral topic discarded when full", topic_labels)
+        topic_dropped = counter("nsq_topic_dropped", "Messages discarded: by an ephemeral topic when full, or at "
+                                "--max-bytes-per-queue with drop-oldest", topic_labels)
         depth = gauge("nsq_channel_depth", "Messages queued in the channel", channel_labels)
         in_flight = gauge("nsq_channel_in_flight", "Messages delivered and not yet acknowledged", channel_labels)
         deferred = gauge("nsq_channel_deferred", "Messages deferred", channel_labels)
@@ -40,7 +41,9 @@ class NSQDCollector:
         requeued = counter("nsq_channel_requeued", "Messages requeued by consumers", channel_labels)
         timed_out = counter("nsq_channel_timed_out", "Messages that timed out in flight", channel_labels)
         paused = gauge("nsq_channel_paused", "1 if the channel is paused", channel_labels)
-        dropped = counter("nsq_channel_dropped", "Messages an ephemeral channel discarded when full", channel_labels)
+        dropped = counter("nsq_channel_dropped", "Messages discarded: by an ephemeral channel when full, or at "
+                          "--max-bytes-per-queue with drop-oldest", channel_labels)
+        expired = counter("nsq_channel_expired", "Messages dropped past their TTL", channel_labels)
         for topic in list(self._nsqd.topics.values()):
             topic_depth.add_metric([topic.name], topic.depth)
             topic_messages.add_metric([topic.name], topic.message_count)
@@ -58,9 +61,10 @@ class NSQDCollector:
                 timed_out.add_metric(labels, channel.timeout_count)
                 paused.add_metric(labels, int(channel.paused))
                 dropped.add_metric(labels, channel.dropped_count)
+                expired.add_metric(labels, channel.expired_count)
         connections = gauge("nsq_tcp_connections", "Open TCP client connections", [])
         connections.add_metric([], len(self._nsqd.connections))
         healthy = gauge("nsq_healthy", "1 while nsqd is healthy", [])
         healthy.add_metric([], int(self._nsqd.health == "OK"))
         yield from (topic_depth, topic_messages, topic_bytes, topic_paused, topic_dropped, depth, in_flight, deferred,
-                    clients, messages, requeued, timed_out, paused, dropped, connections, healthy)
+                    clients, messages, requeued, timed_out, paused, dropped, expired, connections, healthy)

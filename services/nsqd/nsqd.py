@@ -259,6 +259,8 @@ class NSQD:
             topic.started = False  # its backlog waits for all its channels
             if recorded.paused:
                 topic.pause()
+            if recorded.ttl is not None:
+                topic.set_ttl(recorded.ttl)
             for recorded_channel in recorded.channels:
                 channel = topic.get_channel(recorded_channel.name)
                 if recorded_channel.paused:

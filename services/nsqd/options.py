@@ -54,6 +54,8 @@ class Options(ProgramOptions):
     data_path: str = option("", "path to store disk-backed messages")
     mem_queue_size: int = option(10000, "number of messages to keep in memory (per topic/channel)")
     max_bytes_per_file: int = option(104857600, "number of bytes per diskqueue file before rolling")
+    msg_ttl: float = option(0.0, "messages older than this are never delivered: dropped when they reach the "
+                                 "head of a queue (0: never)", kind="duration")
     max_bytes_per_queue: int = option(0, "bytes of messages waiting on disk a topic's or channel's disk queue "
                                          "may hold (0: unbounded)")
     queue_full_policy: str = option("refuse", "when a disk queue is at --max-bytes-per-queue: 'refuse' "

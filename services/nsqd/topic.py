@@ -21,6 +21,7 @@ import time
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
+from shared.flags import format_duration
 from shared.names import is_ephemeral
 
 from .channel import Channel
@@ -63,6 +64,7 @@ class Topic:
         self._started_event: asyncio.Event | None = None  # made only when someone waits for the start
         self.paused = False
         self.exiting = False
+        self.ttl: float | None = None  # seconds; None: --msg-ttl's
         self.channels: dict[str, Channel] = {}
         self.message_count = 0
         self.message_bytes = 0
@@ -202,10 +204,21 @@ class Topic:
         channel = self.channels.get(name)
         if channel is None:
             channel = Channel(self.name, name, self._opts, self._storage, self._channel_lost_last_client)
+            channel.ttl_ns = self._ttl_ns
             self.channels[name] = channel
             self._pump_backlog()
             self._on_channel_change(self)
         return channel
+
+    def set_ttl(self, seconds: float | None) -> None:
+        """The topic's own message TTL (0: none), or None for ``--msg-ttl``."""
+        self.ttl = seconds
+        for channel in self.channels.values():
+            channel.ttl_ns = self._ttl_ns
+
+    @property
+    def _ttl_ns(self) -> int:
+        return round((self._opts.msg_ttl if self.ttl is None else self.ttl) * 1e9)
 
     def delete_channel(self, name: str) -> Channel | None:
         channel = self.channels.pop(name, None)
@@ -264,6 +277,8 @@ class Topic:
         }
         if self._opts.max_bytes_per_queue:  # beyond NSQ: only with the cap
             stats["dropped_count"] = self.dropped_count
+        if self._ttl_ns:  # beyond NSQ: only with a TTL
+            stats["ttl"] = format_duration(self._ttl_ns / 1e9)
         return stats
 
     def _e2e(self, now: float) -> dict[str, Any]:

@@ -180,3 +180,25 @@ def test_sampling_keeps_about_the_rate() -> None:
     channel.put_new([entry(n) for n in range(2000)])
     kept = len(transport.messages())
     assert 800 < kept < 1200  # keep probability is (rate + 1) / 100
+
+
+def test_messages_past_the_ttl_are_dropped_as_they_are_taken_to_be_delivered() -> None:
+    channel, _ = make_channel(msg_ttl=60.0)
+    old = (b"%016d" % 1, b"old", time.time_ns() - 61 * 10**9, 0)
+    channel.put_new([old, entry(2), old[:1] + (b"old too",) + old[2:], entry(4)])
+    assert channel.depth == 4  # counted until taken
+    client, transport = subscribe(channel, ready=1)  # one at a time
+    assert [m.body for m in transport.messages()] == [b"body2"]
+    channel.finish(client, b"%016d" % 2)
+    channel.update_ready(client)
+    assert [m.body for m in transport.messages()] == [b"body4"]
+    assert channel.expired_count == 2 and channel.depth == 0
+    assert channel.stats(False, time.monotonic())["expired_count"] == 2
+
+
+def test_a_batch_delivery_leaves_out_what_is_past_the_ttl() -> None:
+    channel, _ = make_channel(msg_ttl=60.0)
+    old = (b"%016d" % 9, b"old", time.time_ns() - 61 * 10**9, 0)
+    channel.put_new([entry(1), old, entry(3)])
+    _, transport = subscribe(channel, ready=10)
+    assert [m.body for m in transport.messages()] == [b"body1", b"body3"] and channel.expired_count == 1

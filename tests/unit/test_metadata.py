@@ -71,3 +71,11 @@ def test_disk_queues_nsqd_dat_does_not_name_are_recovered(tmp_path: Path) -> Non
     topics = metadata.with_queues_on_disk(tmp_path, recorded)
     assert [(topic.name, [channel.name for channel in topic.channels]) for topic in topics] == [
         ("kept", ["a", "late"]), ("new", ["c"])]
+
+
+def test_a_topics_own_ttl_is_kept_beside_nsqs_fields(tmp_path: Path) -> None:
+    topics = [TopicMetadata("t", ttl=90.0), TopicMetadata("u", ttl=0.0), TopicMetadata("v")]
+    metadata.save(tmp_path, topics)
+    saved = json.loads((tmp_path / "nsqd.dat").read_text())["topics"]
+    assert [topic.get("ttl") for topic in saved] == ["1m30s", "0s", None]
+    assert metadata.load(tmp_path) == topics
