@@ -12,7 +12,10 @@ the topic's backlog) that the disk refuses stays in memory, and nsqd reports its
 dropped, except by ephemeral channels, which discard what their memory queue cannot hold, as NSQ's do.
 
 With a message TTL (``ttl_ns``: ``--msg-ttl`` or the topic's own), a message older than it is never delivered: it
-is dropped and counted (``expired_count``) when it is taken from the queue to be delivered.
+is dropped and counted (``expired_count``) when it is taken from the queue to be delivered. With an attempts limit
+(``max_attempts``: ``--max-attempts`` or the channel's own), a message delivered that many times already is parked
+in the channel's dead-letter queue instead (as is an expired one), a message queue of its own (memory, then disk,
+as durable as the channel's), until it is replayed or emptied.
 
 At ``--mem-queue-size=0`` (``_on_disk``) every message reaches a consumer through the disk queue, never handed
 over directly, and stays there until it is finished (see message_queue.py), and a deferred message (a DPUB's,
@@ -48,6 +51,10 @@ class Channel:
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self.queue = storage.open(f"{topic_name}:{name}", channel=True)
+        # "t:dead:c": no channel's name has a colon, so nothing mistakes it for one
+        self.dead_letters = storage.open(f"{topic_name}:dead:{name}")
+        self.max_attempts = opts.max_attempts
+        self.own_max_attempts: int | None = None  # kept in nsqd.dat; None: --max-attempts
         self._on_disk = self.queue.holds_until_finished
         self.paused = False
         self.exiting = False
@@ -59,6 +66,7 @@ class Channel:
         self.requeue_count = 0
         self.timeout_count = 0
         self.expired_count = 0
+        self.dead_letter_count = 0
         self.ttl_ns = round(opts.msg_ttl * 1e9)  # the topic sets its own
         # deliveries to consumers; NSQ reports them as global_msg_count (not zone- or region-local)
         self.delivered_count = 0
@@ -161,7 +169,7 @@ class Channel:
         if client.sample_rate and _percentile() > client.sample_rate:
             self.queue.release(entry[0])
             return  # NSQ's sampling: the message is gone for the whole channel
-        if self.ttl_ns and not self._unexpired([entry]):
+        if (self.ttl_ns or self.max_attempts) and not self._deliverable([entry]):
             return
         msg = InFlightMessage(entry, client, now, now + client.msg_timeout)
         self.delivered_count += 1
@@ -176,16 +184,43 @@ class Channel:
             del ready[client]
             ready[client] = None  # round robin among clients with room
 
-    def _unexpired(self, entries: list[QueuedMessage]) -> list[QueuedMessage]:
-        """``entries`` but the ones older than the TTL, which are dropped."""
-        oldest = time.time_ns() - self.ttl_ns
-        kept = [entry for entry in entries if entry[2] >= oldest]
+    def _deliverable(self, entries: list[QueuedMessage]) -> list[QueuedMessage]:
+        """``entries`` but the ones past the TTL (dropped, or parked with an attempts limit) and the ones delivered
+        ``max_attempts`` times already (parked)."""
+        oldest = time.time_ns() - self.ttl_ns if self.ttl_ns else 0
+        limit = self.max_attempts or 1 << 16
+        kept = [entry for entry in entries if entry[2] >= oldest and entry[3] < limit]
         if len(kept) < len(entries):
             for entry in entries:
-                if entry[2] < oldest:
+                expired = entry[2] < oldest
+                if expired:
                     self.expired_count += 1
+                if entry[3] >= limit or (expired and self.max_attempts):
+                    self._park(entry)
+                elif expired:
                     self.queue.release(entry[0])
         return kept
+
+    def _park(self, entry: QueuedMessage) -> None:
+        self.dead_letter_count += 1
+        self.dead_letters.put([entry], keep_refused=True)
+        self.queue.release(entry[0])  # at --mem-queue-size=0: safe in the dead-letter queue now
+
+    def set_max_attempts(self, attempts: int | None) -> None:
+        """The channel's own attempts limit (0: none), or None for ``--max-attempts``."""
+        self.own_max_attempts = attempts
+        self.max_attempts = self._opts.max_attempts if attempts is None else attempts
+
+    def replay(self, count: int) -> int:
+        """Moves up to ``count`` dead letters back to the channel's queue, oldest first, their attempts reset; how
+        many it moved."""
+        dead, moved = self.dead_letters, 0
+        while moved < count and (dead.memory or dead.fill_memory(min(1024, count - moved))):
+            while moved < count and dead.memory:
+                msg_id, body, timestamp, _ = dead.memory.popleft()
+                self.put((msg_id, body, timestamp, 0))
+                moved += 1
+        return moved
 
     def room_in_clients(self) -> int:
         """How many messages the consumers with room would take right now."""
@@ -216,8 +251,8 @@ class Channel:
         per_buffer = max(1, client.output_buffer_size // (_FRAME_OVERHEAD + len(memory[0][1])))
         count = min(client.ready_count - client.in_flight_count, len(memory), per_buffer)
         deadline = now + client.msg_timeout
-        if self.ttl_ns:
-            entries = self._unexpired([memory.popleft() for _ in range(count)])
+        if self.ttl_ns or self.max_attempts:
+            entries = self._deliverable([memory.popleft() for _ in range(count)])
             if not entries:
                 return
             count = len(entries)
@@ -339,6 +374,7 @@ class Channel:
         self.close_clients()
         self.empty()
         self.queue.delete()
+        self.dead_letters.delete()
 
     def flush_to_disk(self) -> None:
         """At exit: every message still in memory or in flight goes to the disk queue (redelivered after a
@@ -348,6 +384,7 @@ class Channel:
         self.in_flight.clear()
         self.deferred.clear()
         self.queue.flush_to_disk(in_flight, deferred)
+        self.dead_letters.flush_to_disk([], [])
 
     def _deferred_with_due_times(self) -> list[tuple[int, bytes]]:
         """The deferred messages as their file keeps them: due time (unix ns), message."""
@@ -379,6 +416,10 @@ class Channel:
             stats["dropped_count"] = self.dropped_count
         if self.ttl_ns or self.expired_count:  # beyond NSQ: only with a TTL
             stats["expired_count"] = self.expired_count
+        if self.max_attempts or self.dead_letter_count or self.dead_letters:  # beyond NSQ: only with dead letters
+            stats["max_attempts"] = self.max_attempts
+            stats["dead_letter_count"] = self.dead_letter_count
+            stats["dead_letter_depth"] = len(self.dead_letters)
         return stats
 
 

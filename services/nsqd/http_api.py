@@ -43,6 +43,8 @@ def build_router(nsqd: NSQD) -> Router:
         router.add("POST", f"/topic/{action}", getattr(api, f"topic_{action}"))
         router.add("POST", f"/channel/{action}", getattr(api, f"channel_{action}"))
     router.add("POST", "/topic/ttl", api.topic_ttl)
+    router.add("POST", "/channel/dead_letter", api.channel_dead_letter)
+    router.add("POST", "/channel/replay", api.channel_replay)
     router.add("PUT", "/config/:opt", api.config, lambda: opts.max_msg_size)
     return router
 
@@ -81,6 +83,16 @@ def _topic_and_channel_names(request: Request) -> tuple[str, str]:
     if not is_valid_channel_name(channel_name):
         raise HTTPError(400, "INVALID_ARG_CHANNEL")
     return topic_name, channel_name
+
+
+def _count(request: Request, parameter: str, limit: int = 1 << 62) -> int | None:
+    """A non-negative integer query parameter, None when absent; 400 ``INVALID_<PARAMETER>`` otherwise."""
+    text = request.query.get(parameter)
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) > limit:
+        raise HTTPError(400, f"INVALID_{parameter.upper()}")
+    return int(text)
 
 
 def _binary_messages(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
@@ -259,9 +271,33 @@ class _API:
         return _EMPTY
 
     def channel_empty(self, request: Request) -> Response:
+        """Beyond NSQ, ``queue=dead`` empties the channel's dead-letter queue instead."""
         topic, name = self._existing_channel(request)
-        topic.channels[name].empty()
+        queue = request.query.get("queue")
+        if queue == "dead":
+            topic.channels[name].dead_letters.empty()
+        elif queue is None:
+            topic.channels[name].empty()
+        else:
+            raise HTTPError(400, "INVALID_QUEUE")
         return _EMPTY
+
+    async def channel_dead_letter(self, request: Request) -> Response:
+        """Beyond NSQ: the channel's own attempts limit (``attempts``; 0: none), kept in nsqd.dat."""
+        topic, name = self._existing_channel(request)
+        attempts = _count(request, "attempts", limit=65535)
+        if attempts is None:
+            raise HTTPError(400, "MISSING_ARG_ATTEMPTS")
+        topic.channels[name].set_max_attempts(attempts)
+        await self.nsqd.persist_metadata()
+        return _EMPTY
+
+    def channel_replay(self, request: Request) -> Response:
+        """Beyond NSQ: up to ``n`` (all by default) dead letters back to the channel, attempts reset."""
+        topic, name = self._existing_channel(request)
+        count = _count(request, "n")
+        moved = topic.channels[name].replay(count if count is not None else 1 << 62)
+        return _json({"replayed": moved})
 
     async def channel_pause(self, request: Request) -> Response:
         topic, name = self._existing_channel(request)

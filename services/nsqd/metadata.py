@@ -3,7 +3,8 @@ recreates them. NSQ's format::
 
     {"topics":[{"name":"t","paused":false,"channels":[{"name":"c","paused":false}]}],"version":"1.3.0"}
 
-Beyond NSQ, a topic with a message TTL of its own has ``"ttl":"1h0m0s"`` (a Go duration; NSQ ignores the field).
+Beyond NSQ, a topic with a message TTL of its own has ``"ttl":"1h0m0s"`` (a Go duration), a channel with an
+attempts limit of its own ``"max_attempts":5``; NSQ ignores both fields.
 
 Ephemeral topics and channels are never written. The file is replaced atomically (``atomic_file``), so a crash
 leaves the old file or the new one, never half.
@@ -45,6 +46,7 @@ class MetadataError(Exception):
 class ChannelMetadata:
     name: str
     paused: bool = False
+    max_attempts: int | None = None
 
 
 @dataclass
@@ -58,19 +60,26 @@ class TopicMetadata:
 def snapshot(topics: dict[str, Topic]) -> list[TopicMetadata]:
     """What nsqd.dat records of ``topics``; taken on the event loop, cheap."""
     return [TopicMetadata(topic.name, topic.paused,
-                          [ChannelMetadata(channel.name, channel.paused) for channel in topic.channels.values()
-                           if not channel.ephemeral], topic.ttl)
+                          [ChannelMetadata(channel.name, channel.paused, channel.own_max_attempts)
+                           for channel in topic.channels.values() if not channel.ephemeral], topic.ttl)
             for topic in topics.values() if not topic.ephemeral]
 
 
 def save(data_path: Path, topics: list[TopicMetadata]) -> None:
     document = {"topics": [{"name": topic.name, "paused": topic.paused,
-                            "channels": [{"name": c.name, "paused": c.paused} for c in topic.channels],
+                            "channels": [_channel_document(channel) for channel in topic.channels],
                             **({} if topic.ttl is None else {"ttl": format_duration(topic.ttl)})}
                            for topic in topics],
                 "version": VERSION}
     atomic_file.replace(data_path / FILENAME, json.dumps(document, separators=(",", ":")).encode(),
                         sync_directory=True)
+
+
+def _channel_document(channel: ChannelMetadata) -> dict[str, Any]:
+    document: dict[str, Any] = {"name": channel.name, "paused": channel.paused}
+    if channel.max_attempts is not None:
+        document["max_attempts"] = channel.max_attempts
+    return document
 
 
 def load(data_path: Path) -> list[TopicMetadata]:
@@ -122,7 +131,9 @@ def _topic(raw: dict[str, Any]) -> TopicMetadata | None:
         if not is_valid_channel_name(channel["name"]) or is_ephemeral(channel["name"]):
             log.warning("skipping creation of invalid channel %s", channel["name"])
             continue
-        channels.append(ChannelMetadata(channel["name"], bool(channel.get("paused", False))))
+        max_attempts = channel.get("max_attempts")
+        channels.append(ChannelMetadata(channel["name"], bool(channel.get("paused", False)),
+                                        None if max_attempts is None else int(max_attempts)))
     ttl = raw.get("ttl")
     return TopicMetadata(name, bool(raw.get("paused", False)), channels,
                          None if ttl is None else parse_duration(ttl))

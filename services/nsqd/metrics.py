@@ -44,6 +44,9 @@ class NSQDCollector:
         dropped = counter("nsq_channel_dropped", "Messages discarded: by an ephemeral channel when full, or at "
                           "--max-bytes-per-queue with drop-oldest", channel_labels)
         expired = counter("nsq_channel_expired", "Messages dropped past their TTL", channel_labels)
+        dead_letters = counter("nsq_channel_dead_letters", "Messages parked in the dead-letter queue", channel_labels)
+        dead_letter_depth = gauge("nsq_channel_dead_letter_depth", "Messages in the dead-letter queue",
+                                  channel_labels)
         for topic in list(self._nsqd.topics.values()):
             topic_depth.add_metric([topic.name], topic.depth)
             topic_messages.add_metric([topic.name], topic.message_count)
@@ -62,9 +65,12 @@ class NSQDCollector:
                 paused.add_metric(labels, int(channel.paused))
                 dropped.add_metric(labels, channel.dropped_count)
                 expired.add_metric(labels, channel.expired_count)
+                dead_letters.add_metric(labels, channel.dead_letter_count)
+                dead_letter_depth.add_metric(labels, len(channel.dead_letters))
         connections = gauge("nsq_tcp_connections", "Open TCP client connections", [])
         connections.add_metric([], len(self._nsqd.connections))
         healthy = gauge("nsq_healthy", "1 while nsqd is healthy", [])
         healthy.add_metric([], int(self._nsqd.health == "OK"))
         yield from (topic_depth, topic_messages, topic_bytes, topic_paused, topic_dropped, depth, in_flight, deferred,
-                    clients, messages, requeued, timed_out, paused, dropped, expired, connections, healthy)
+                    clients, messages, requeued, timed_out, paused, dropped, expired, dead_letters, dead_letter_depth,
+                    connections, healthy)

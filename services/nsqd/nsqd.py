@@ -265,6 +265,8 @@ class NSQD:
                 channel = topic.get_channel(recorded_channel.name)
                 if recorded_channel.paused:
                     channel.pause()
+                if recorded_channel.max_attempts is not None:
+                    channel.set_max_attempts(recorded_channel.max_attempts)
             topic.start()
 
     @property

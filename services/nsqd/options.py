@@ -54,6 +54,8 @@ class Options(ProgramOptions):
     data_path: str = option("", "path to store disk-backed messages")
     mem_queue_size: int = option(10000, "number of messages to keep in memory (per topic/channel)")
     max_bytes_per_file: int = option(104857600, "number of bytes per diskqueue file before rolling")
+    max_attempts: int = option(0, "deliveries of a message to a channel's consumers after which it is parked in "
+                                  "the channel's dead-letter queue (0: no limit)")
     msg_ttl: float = option(0.0, "messages older than this are never delivered: dropped when they reach the "
                                  "head of a queue (0: never)", kind="duration")
     max_bytes_per_queue: int = option(0, "bytes of messages waiting on disk a topic's or channel's disk queue "
@@ -142,6 +144,8 @@ class Options(ProgramOptions):
             raise FlagError("cannot require TLS client connections without TLS key and cert")
         if self.mem_queue_size < 0:
             raise FlagError("--mem-queue-size must be >= 0")
+        if not 0 <= self.max_attempts <= 65535:
+            raise FlagError("--max-attempts must be in [0,65535]")
         if self.max_bytes_per_queue < 0:
             raise FlagError("--max-bytes-per-queue must be >= 0")
         if self.queue_full_policy not in ("refuse", "drop-oldest"):

@@ -79,3 +79,11 @@ def test_a_topics_own_ttl_is_kept_beside_nsqs_fields(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "nsqd.dat").read_text())["topics"]
     assert [topic.get("ttl") for topic in saved] == ["1m30s", "0s", None]
     assert metadata.load(tmp_path) == topics
+
+
+def test_a_channels_own_attempts_limit_is_kept_beside_nsqs_fields(tmp_path: Path) -> None:
+    topics = [TopicMetadata("t", channels=[ChannelMetadata("a", max_attempts=5), ChannelMetadata("b")])]
+    metadata.save(tmp_path, topics)
+    channels = json.loads((tmp_path / "nsqd.dat").read_text())["topics"][0]["channels"]
+    assert channels == [{"name": "a", "paused": False, "max_attempts": 5}, {"name": "b", "paused": False}]
+    assert metadata.load(tmp_path) == topics
