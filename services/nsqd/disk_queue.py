@@ -168,17 +168,7 @@ class DiskQueue:
     def _write(self, data: bytes, count: int) -> None:
         if not data:
             return
-        fd = self._open_write_file()
-        start = self._positions.write_pos
-        try:
-            written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
-        except OSError:
-            # no torn record left behind, and the next write goes where this one started (not after a hole)
-            os.ftruncate(fd, start)
-            os.lseek(fd, start, os.SEEK_SET)
-            raise
+        _write_whole(self._open_write_file(), data, self._positions.write_pos)
         self._positions.write_pos += len(data)
         self._positions.depth += count
         self._unsynced += count
@@ -433,15 +423,8 @@ class DiskQueue:
         """Adds to the deferred file with one write, or raises OSError having added none."""
         if self._deferred_fd is None:
             self._deferred_fd = os.open(self.deferred_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        fd, data = self._deferred_fd, _deferred_records(messages)
-        start = os.lseek(fd, 0, os.SEEK_END)
-        try:
-            written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
-        except OSError:
-            os.ftruncate(fd, start)
-            raise
+        fd = self._deferred_fd
+        _write_whole(fd, _deferred_records(messages), os.lseek(fd, 0, os.SEEK_END))
         self.deferred_records += len(messages)
 
     def _close_deferred(self) -> None:
@@ -570,6 +553,19 @@ class _Reader:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _write_whole(fd: int, data: bytes, start: int) -> None:
+    """Writes all of ``data`` at ``start``, the descriptor's position, or raises OSError having cut the file back
+    to ``start``: no torn record left behind, and the next write goes where this one started (not after a hole)."""
+    try:
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+    except OSError:
+        os.ftruncate(fd, start)
+        os.lseek(fd, start, os.SEEK_SET)
+        raise
 
 
 def _deferred_records(messages: list[tuple[int, bytes]]) -> bytes:
