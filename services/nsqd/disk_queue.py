@@ -26,6 +26,10 @@ would pass it raises ``QueueFull``, or with ``drop_oldest`` the oldest records a
 The files may hold up to one ``--max-bytes-per-file`` more (a file is deleted once read to its end), and at
 ``--mem-queue-size=0`` the records held for messages in flight.
 
+``peek_job`` reads what ``read`` would return next without moving anything, off the event loop: from the read
+position, so at ``--mem-queue-size=0`` none of the held records (in flight, or read and not yet delivered) is
+among them.
+
 Deferred messages go to ``<name>.diskqueue.deferred.dat`` with their due times: at exit, the whole file replaced
 (``save_deferred``); and, at ``--mem-queue-size=0``, as they are deferred, appended with one write each
 (``append_deferred``), so that a crash loses none. The file is then replaced by the messages still deferred once it
@@ -262,6 +266,35 @@ class DiskQueue:
             self._unsynced += len(taken)
             payloads += taken
         return payloads
+
+    def peek_job(self, max_count: int) -> Callable[[], list[bytes]]:
+        """What ``read(max_count)`` would return now, as a job that reads it without moving anything (positions,
+        depth, held records, files): safe to run on another thread while the queue goes on. It reads the files
+        with readers of its own, up to the write position of now; a file deleted meanwhile (read to its end, found
+        bad, emptied) is skipped, and a record that cannot be read ends its file, as ``read`` would."""
+        positions = self._positions
+        if positions.read_file == positions.write_file and positions.read_pos >= positions.write_pos:
+            return list
+        first, start, last, end = positions.read_file, positions.read_pos, positions.write_file, positions.write_pos
+
+        def run() -> list[bytes]:
+            payloads: list[bytes] = []
+            for number in range(first, last + 1):
+                if len(payloads) >= max_count:
+                    break
+                try:
+                    reader = _Reader(self.file_path(number), start if number == first else 0)
+                except FileNotFoundError:
+                    continue
+                try:
+                    while len(payloads) < max_count and (taken := reader.take(
+                            max_count - len(payloads), self._max_record, end if number == last else None)):
+                        payloads += taken
+                finally:
+                    reader.close()
+            return payloads
+
+        return run
 
     def _hold(self, taken: list[bytes], file: int, position: int, framed: bool) -> None:
         assert self._hold_key is not None and not framed, "held records are read as payloads"

@@ -3,10 +3,15 @@
 
 All parameters come from the query string, even on POST; only /pub, /mpub and PUT /config read the body, each
 up to its limit (a larger body is never buffered).
+
+Beyond NSQ, ``GET /topic/peek`` and ``GET /channel/peek`` show up to ``n`` queued messages without consuming
+them, in the order they would be delivered; deferred and in-flight messages are not queued, so not shown.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import logging
 from collections.abc import Awaitable
@@ -21,15 +26,19 @@ from shared.runtime_config import address_list, option_value, set_log_level
 from shared.version import VERSION
 
 from .http_router import NSQ_V1, Request, Response, Router, json_response
+from .message import QueuedMessage
 from .topic import Topic, TopicError, TopicFull
 
 if TYPE_CHECKING:
+    from .message_queue import MessageQueue
     from .nsqd import NSQD
 
 log = logging.getLogger("nsqd")
 
 _OK = Response(b"OK", headers=NSQ_V1)
 _EMPTY = Response(headers=NSQ_V1)
+PEEK_DEFAULT = 10  # messages a peek shows when it does not say
+PEEK_MAX = 100
 
 
 def build_router(nsqd: NSQD) -> Router:
@@ -45,6 +54,8 @@ def build_router(nsqd: NSQD) -> Router:
     router.add("POST", "/topic/ttl", api.topic_ttl)
     router.add("POST", "/channel/dead_letter", api.channel_dead_letter)
     router.add("POST", "/channel/replay", api.channel_replay)
+    router.add("GET", "/topic/peek", api.topic_peek)
+    router.add("GET", "/channel/peek", api.channel_peek)
     router.add("PUT", "/config/:opt", api.config, lambda: opts.max_msg_size)
     return router
 
@@ -103,6 +114,16 @@ def _binary_messages(body: bytes, max_msg_size: int, max_body_size: int) -> list
     if messages is None:
         raise HTTPError(413, "BAD_MESSAGE" if len(body) >= 4 else "BAD_BODY")
     return messages
+
+
+def _peek_count(request: Request) -> int:
+    value = request.query.get("n")
+    if value is None:
+        return PEEK_DEFAULT
+    digits = value.lstrip("0")
+    if not value.isascii() or not value.isdigit() or not digits:
+        raise HTTPError(400, "INVALID_ARG_N")
+    return PEEK_MAX if len(digits) > 3 else min(int(digits), PEEK_MAX)  # never int() of a thousand digits
 
 
 class _API:
@@ -311,6 +332,17 @@ class _API:
         await self.nsqd.persist_metadata()
         return _EMPTY
 
+    # -- peeking, beyond NSQ -------------------------------------------------------------------------------
+
+    async def topic_peek(self, request: Request) -> Response:
+        count = _peek_count(request)
+        return await _peek(self._existing_topic(_topic_name(request)).queue, count)
+
+    async def channel_peek(self, request: Request) -> Response:
+        count = _peek_count(request)
+        topic, name = self._existing_channel(request)
+        return await _peek(topic.channels[name].queue, count)
+
     # -- /config -----------------------------------------------------------------------------------------
 
     async def config(self, request: Request) -> Response:
@@ -329,3 +361,22 @@ class _API:
         if name != "log_level":
             raise HTTPError(400, "INVALID_OPTION")
         set_log_level(self.opts, "nsqd", body)
+
+
+async def _peek(queue: MessageQueue, count: int) -> Response:
+    """The queue's next ``count`` messages as JSON; disk reads and encoding run off the event loop (a hundred
+    messages may be a hundred megabytes)."""
+    job = queue.peek_job(count)
+    try:
+        body = await asyncio.to_thread(lambda: _messages_json(job()))
+    except OSError as error:
+        log.error("failed to peek at %s - %s", queue.backend.name, error)
+        raise HTTPError(500, "INTERNAL_ERROR") from None
+    return json_response(body)
+
+
+def _messages_json(entries: list[QueuedMessage]) -> str:
+    # IDs are 16 ASCII hex digits, as NSQ's; "replace" keeps the answer JSON should a damaged file say otherwise
+    messages = [{"id": msg_id.decode("ascii", "replace"), "timestamp": timestamp, "attempts": attempts,
+                 "body": base64.b64encode(body).decode("ascii")} for msg_id, body, timestamp, attempts in entries]
+    return json.dumps({"messages": messages}, separators=(",", ":"))

@@ -11,6 +11,9 @@ At ``--mem-queue-size=0`` deferred messages are kept on disk too (``keeps_deferr
 backend's deferred file as it is deferred (``defer``), and the file is replaced by the ones still deferred once
 most of it is gone (``deferred_left``). A crash may then deliver a message twice, never lose one.
 
+``peek_job`` shows the messages in the order they would be handed out (memory, then the backend) without taking
+any: nothing it reads is counted, moved or released.
+
 A write the disk refuses is reported to nsqd's health and leaves the choice to the caller: the messages either
 stay in memory (a channel: nothing accepted is dropped) or are refused as a whole, nothing of them queued (a
 topic: the publish fails). A write that succeeds reports health restored. A write the queue's cap
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from itertools import islice
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from shared.names import is_ephemeral
@@ -58,6 +62,8 @@ class Backend(Protocol):
     def put_records(self, records: list[bytes]) -> None: ...
 
     def read(self, max_count: int, framed: bool = False) -> list[bytes]: ...
+
+    def peek_job(self, max_count: int) -> Callable[[], list[bytes]]: ...
 
     def release(self, key: bytes) -> None: ...
 
@@ -98,6 +104,9 @@ class NullBackend:
 
     def read(self, max_count: int, framed: bool = False) -> list[bytes]:
         return []
+
+    def peek_job(self, max_count: int) -> Callable[[], list[bytes]]:
+        return list
 
     def release(self, key: bytes) -> None:
         pass
@@ -242,6 +251,17 @@ class MessageQueue:
             return False
         self.memory.extend(decode(payload) for payload in payloads)
         return bool(payloads)
+
+    def peek_job(self, max_count: int) -> Callable[[], list[QueuedMessage]]:
+        """Up to ``max_count`` messages in the order they would be handed out, none taken: memory's are copied now,
+        the backend's are read when the job runs, which may be on another thread."""
+        memory = list(islice(self.memory, max_count))
+        backend_job = self.backend.peek_job(max_count - len(memory)) if len(memory) < max_count else list
+
+        def run() -> list[QueuedMessage]:
+            return memory + [decode(payload) for payload in backend_job()]
+
+        return run
 
     def take_memory(self) -> list[QueuedMessage]:
         entries = list(self.memory)

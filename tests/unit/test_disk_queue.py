@@ -350,3 +350,64 @@ def test_a_holding_queue_drops_without_holding_what_it_dropped(tmp_path: Path) -
     # nothing held: a restart reads on after the dropped ones (had one in flight been held, a restart would read
     # again from it, the dropped ones after it included: at-least-once)
     assert read_all(make(tmp_path, max_bytes=200)) == [payload(n) for n in range(2 + dropped, 13)]
+
+
+def state(queue: DiskQueue, path: Path) -> tuple[object, ...]:
+    """Everything a peek must leave as it was: positions, what is held and unsynced, the files."""
+    return (vars(queue._positions).copy(), dict(queue._held), queue._unsynced, queue._read_count,
+            sorted(p.name for p in path.iterdir()))
+
+
+def test_peeking_shows_what_a_read_would_return_across_files_and_moves_nothing(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200)  # 44-byte records: 4 a file
+    queue.put([payload(i) for i in range(10)])
+    assert queue.read(2) == [payload(0), payload(1)]
+    before = state(queue, tmp_path)
+    assert queue.peek_job(5)() == [payload(i) for i in range(2, 7)]  # from file 0 into file 1
+    assert queue.peek_job(100)() == [payload(i) for i in range(2, 10)]
+    assert queue.peek_job(0)() == []
+    assert state(queue, tmp_path) == before
+    assert read_all(queue) == [payload(i) for i in range(2, 10)]
+    assert queue.peek_job(10)() == []
+
+
+def test_a_peek_reads_only_what_was_written_when_it_was_asked(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    queue.put([payload(0)])
+    job = queue.peek_job(10)
+    queue.put([payload(1)])
+    assert job() == [payload(0)]
+
+
+def test_peeking_at_a_holding_queue_shows_no_held_record_and_keeps_them_held(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200, holding=True)
+    queue.put([payload(i) for i in range(6)])
+    assert queue.read(3) == [payload(i) for i in range(3)]  # in flight, held
+    queue.put([payload(0)])  # 0 requeued: written again at the end
+    queue.release(b"%010d" % 0)
+    before = state(queue, tmp_path)
+    assert queue.peek_job(10)() == [payload(3), payload(4), payload(5), payload(0)]
+    assert state(queue, tmp_path) == before
+    queue.sync_job()()
+    # the restart point is still the oldest held record, 1
+    assert (tmp_path / "t.diskqueue.meta.dat").read_text() == "6\n0,44\n1,132\n"
+
+
+def test_a_peek_skips_a_file_deleted_while_it_waited(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200)
+    queue.put([payload(i) for i in range(10)])
+    job = queue.peek_job(100)
+    assert queue.read(5) == [payload(i) for i in range(5)]  # file 0 read to its end and deleted
+    assert not (tmp_path / "t.diskqueue.000000.dat").exists()
+    assert job() == [payload(i) for i in range(4, 10)]
+
+
+def test_a_peek_skips_what_cannot_be_read_and_renames_nothing(tmp_path: Path) -> None:
+    queue = make(tmp_path, max_bytes=200)
+    queue.put([payload(i) for i in range(12)])
+    middle = tmp_path / "t.diskqueue.000001.dat"
+    data = bytearray(middle.read_bytes())
+    data[44:48] = struct.pack(">i", 10_000_000)  # the second record's size, out of bounds
+    middle.write_bytes(bytes(data))
+    assert queue.peek_job(100)() == [payload(i) for i in (0, 1, 2, 3, 4, 8, 9, 10, 11)]  # as a read would
+    assert middle.exists() and not middle.with_name(middle.name + ".bad").exists()

@@ -171,3 +171,29 @@ def test_the_deferred_file_is_replaced_by_what_is_still_deferred_once_it_holds_m
     queue.deferred_left(0, list)
     assert not (tmp_path / "t:c.diskqueue.deferred.dat").exists()
     queue.backend.close()
+
+
+def test_a_peek_shows_memory_then_disk_and_takes_nothing(tmp_path: Path) -> None:
+    queue = storage(tmp_path).open("t")
+    queue.put([message(n) for n in range(5)], keep_refused=False)
+    assert queue.peek_job(1)() == [message(0)]
+    assert queue.peek_job(3)() == [message(0), message(1), message(2)]
+    assert queue.peek_job(10)() == [message(n) for n in range(5)]
+    assert (len(queue.memory), queue.backend_depth) == (2, 3)
+    assert bodies(queue) == [b"body%d" % n for n in range(5)]
+
+
+def test_a_peek_at_mem_queue_size_0_shows_what_was_read_and_not_handed_out_then_disk(tmp_path: Path) -> None:
+    queue = storage(tmp_path, mem_queue_size=0).open("t:c", channel=True)
+    queue.put([message(n) for n in range(5)], keep_refused=False)
+    queue.fill_memory(3)
+    queue.memory.popleft()  # 0 handed out: in flight, not queued
+    assert queue.peek_job(10)() == [message(n) for n in range(1, 5)]
+    assert (len(queue), queue.backend_depth) == (4, 2)
+    queue.backend.close()
+
+
+def test_an_ephemeral_queue_peeks_at_its_memory(tmp_path: Path) -> None:
+    queue = storage(tmp_path).open("t#ephemeral")
+    queue.put([message(n) for n in range(5)], keep_refused=True)
+    assert queue.peek_job(10)() == [message(0), message(1)]
