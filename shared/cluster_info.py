@@ -1,6 +1,6 @@
 """Reading the cluster over HTTP, as NSQ's ``internal/clusterinfo`` does for nsqd, nsqadmin and the tools: lookupd's
-``/topics``, ``/channels``, ``/lookup`` and ``/nodes``, nsqd's ``/stats`` and ``/info``, and the POSTs of
-nsqadmin's actions.
+``/topics``, ``/channels``, ``/lookup`` and ``/nodes``, nsqd's ``/stats`` and ``/info`` (and, beyond NSQ, its
+``/topic/peek`` and ``/channel/peek``), and the POSTs of nsqadmin's actions.
 
 A ``ClusterInfo`` sends every request on one aiohttp session, its own (``ClusterInfo.open``, with NSQ's
 ``--http-client-connect-timeout`` and ``--http-client-request-timeout``) or one it is given. It asks for NSQ's V1
@@ -106,6 +106,17 @@ class ClusterInfo:
         """nsqd's ``/info``: its version, broadcast address and ports."""
         return await self._get(_url(nsqd, "/info"))
 
+    async def peek(self, nsqd: str, topic: str, channel: str = "", count: int = 10) -> list[Json]:
+        """Up to ``count`` messages queued in the channel (the topic's own queue without ``channel``), as nsqd's
+        peek answers them: ``id``, ``timestamp``, ``attempts``, ``body`` (base64). An nsqd without the route (NSQ's
+        own) fails with status 404."""
+        query = {"topic": topic, "channel": channel, "n": str(count)} if channel else {"topic": topic, "n": str(count)}
+        url = _url(nsqd, "/channel/peek" if channel else "/topic/peek", query)
+        messages = (await self._get(url)).get("messages")
+        if not isinstance(messages, list) or not all(_is_peeked(message) for message in messages):
+            raise ClusterInfoError(url, "messages are not objects with id, timestamp, attempts and body")
+        return messages
+
     # --- actions -------------------------------------------------------------------------------------------------
 
     async def post(self, address: str, path: str, **query: str) -> None:
@@ -184,3 +195,8 @@ def _producers(document: Json, url: str) -> list[Json]:
 def _is_producer(producer: Any) -> bool:
     return (isinstance(producer, dict) and isinstance(producer.get("broadcast_address"), str)
             and all(type(producer.get(port)) is int for port in ("tcp_port", "http_port")))
+
+
+def _is_peeked(message: Any) -> bool:
+    return (isinstance(message, dict) and isinstance(message.get("id"), str) and isinstance(message.get("body"), str)
+            and all(type(message.get(count)) is int for count in ("timestamp", "attempts")))

@@ -109,6 +109,17 @@ class Cluster:
     async def counter(self, warnings: Warnings) -> Json:
         return aggregation.counter_stats(await self.node_topic_rows(await self.all_nodes(warnings), warnings))
 
+    async def peek(self, queue: Json, count: int, warnings: Warnings) -> list[Json]:
+        """Up to ``count`` messages queued on each node of ``queue``, an aggregated topic (its own queue) or channel
+        (``topic``, ``channel``): each node's in the order it would deliver them, with the node under ``node``."""
+        topic, channel = queue["topic_name"], queue.get("channel_name", "")
+        nodes = [row["node"] for row in queue["nodes"]]
+        answers = await each((self._node_peek(node, topic, channel, count) for node in nodes), warnings)
+        return [message for answer in answers for message in answer]
+
+    async def _node_peek(self, node: str, topic: str, channel: str, count: int) -> list[Json]:
+        return [{"node": node, **message} for message in await self.client.peek(node, topic, channel, count)]
+
     async def node_topic_rows(self, nodes: list[Node], warnings: Warnings, topic: str = "", channel: str = "",
                               include_clients: bool = False) -> list[Json]:
         """Per-node topic rows of the given nodes' ``/stats`` (narrowed to ``topic``/``channel`` when given)."""

@@ -1,6 +1,8 @@
 """The admin's HTTP app: nsqadmin's JSON API under ``/api`` (same routes, bodies, error codes and shapes),
 ``/ping``, ``/config/:opt``, ``/metrics``, and the pages (``web_ui``). Every route sits under ``--base-path``.
 
+Beyond nsqadmin, ``GET /api/peek/:topic[/:channel]`` gathers the messages queued on each node (nsqd's peek).
+
 Reads answer 502 ``UPSTREAM_ERROR: ...`` when every host failed and 200 with ``"message": "WARNING: ..."`` when some
 did. Actions need an admin (``--admin-user`` via ``--acl-http-header``; everyone when no admin is configured) and
 are written to the audit log, with nsqadmin's notification, whatever their outcome.
@@ -29,6 +31,7 @@ log = logging.getLogger("nsqadmin")
 
 TOPIC_ACTIONS = ("pause", "unpause", "empty")
 _CONFIG_BODY_LIMIT = 1024 * 1024
+PEEK_DEFAULT, PEEK_MAX = 10, 100  # as nsqd's peek: messages per node
 
 
 def build_app(admin: AdminState) -> web.Application:
@@ -41,7 +44,8 @@ def build_app(admin: AdminState) -> web.Application:
         ("/api/topics", api_topics), ("/api/topics/{topic}", api_topic),
         ("/api/topics/{topic}/{channel}", api_channel), ("/api/nodes", api_nodes), ("/api/nodes/{node}", api_node),
         ("/api/counter", api_counter), ("/api/audit", api_audit),
-        ("/api/history/{topic}", api_history), ("/api/history/{topic}/{channel}", api_history)]
+        ("/api/history/{topic}", api_history), ("/api/history/{topic}/{channel}", api_history),
+        ("/api/peek/{topic}", api_peek), ("/api/peek/{topic}/{channel}", api_peek)]
     for path, handler in gets + web_ui.routes():
         app.router.add_get(prefix + path, handler, allow_head=False)
     if prefix:
@@ -154,6 +158,20 @@ async def api_history(request: web.Request) -> web.Response:
     window = _int_arg(request, "window", 3600)
     samples = await admin.history.series(match["topic"], match.get("channel", ""), time.time() - window)
     return json_response({"samples": [vars(sample) for sample in samples], "message": ""})
+
+
+async def api_peek(request: web.Request) -> web.Response:
+    """The messages queued in a channel (or in the topic's own queue) on every nsqd that has it, each with its
+    ``node``: ``?n=`` per node (10, at most 100)."""
+    count = min(_int_arg(request, "n", PEEK_DEFAULT), PEEK_MAX)
+    if count == 0:
+        raise HTTPError(400, "INVALID_ARG_N")
+    cluster, warnings, match = admin_of(request).cluster, Warnings(), request.match_info
+    if "channel" in match:
+        queue = await cluster.channel(match["topic"], match["channel"], warnings)
+    else:
+        queue = await cluster.topic(match["topic"], warnings)
+    return with_message({"messages": await cluster.peek(queue, count, warnings)}, warnings)
 
 
 def _int_arg(request: web.Request, name: str, default: int) -> int:

@@ -1,5 +1,6 @@
-"""The admin's server-rendered pages: the jinja2 environment, the URL helper that applies ``--base-path``, and the
-filters the templates format numbers with (named and behaving like nsqadmin's template helpers).
+"""The admin's server-rendered pages: the jinja2 environment, the URL helper that applies ``--base-path``, the
+filters the templates format numbers with (named and behaving like nsqadmin's template helpers), and
+``body_preview``, how a peeked message's body is shown.
 
 Templates only format what the routes hand them (the ``/api/...`` JSON shapes); autoescaping is on and an undefined
 name is an error rather than an empty string, so a renamed field fails a test instead of blanking a column.
@@ -7,12 +8,20 @@ name is an error rather than an empty string, so a renamed field fails a test in
 
 from __future__ import annotations
 
+import base64
+import binascii
+import codecs
+import re
 import time
+from typing import NamedTuple
 from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 _NANOS_PER_SECOND = 1_000_000_000
+PREVIEW_CHARS = 200
+# control characters but tab and line breaks: a body with them is not text to print
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 class Pages:
@@ -24,7 +33,8 @@ class Pages:
                                undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
         self.env.globals.update(url=self.url, version=version)
         self.env.filters.update(commafy=commafy, duration_ns=duration_ns, percent=percent,
-                                nanos_to_human=nanos_to_human, urlpart=urlpart, datetime=format_datetime)
+                                nanos_to_human=nanos_to_human, urlpart=urlpart, datetime=format_datetime,
+                                body_preview=body_preview)
 
     def url(self, path: str) -> str:
         """``path`` (absolute within the admin) under the base path: ``/topics`` -> ``/admin/topics``."""
@@ -77,3 +87,28 @@ def urlpart(segment: object) -> str:
 def format_datetime(ts: float) -> str:
     """Unix seconds as local ``YYYY-MM-DD HH:MM:SS``."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+class BodyPreview(NamedTuple):
+    text: str  # ends with "…" when cut
+    binary: bool  # shown as hex
+    size: int  # bytes
+
+
+def body_preview(body: str, limit: int = PREVIEW_CHARS) -> BodyPreview:
+    """A message body as nsqd's peek answers it (base64), as the admin shows it: text if it is UTF-8 without
+    control characters (tabs and line breaks are text), else hex; cut at ``limit`` characters. Only the start of
+    a large body, what can be shown, is looked at."""
+    try:
+        raw = base64.b64decode(body, validate=True)
+    except binascii.Error:
+        raw = body.encode()  # not what nsqd answers: shown as it came
+    head = raw[:4 * limit + 4]  # enough bytes for more than ``limit`` characters
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) == len(raw))
+        binary = _CONTROL.search(text) is not None
+    except UnicodeDecodeError:
+        binary = True
+    if binary:
+        text = raw[:limit].hex(" ")
+    return BodyPreview(text[:limit] + "…" if len(text) > limit else text, binary, len(raw))

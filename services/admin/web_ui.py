@@ -27,6 +27,7 @@ from .upstream import UpstreamError, Warnings
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 PageHandler = Callable[[web.Request], Awaitable[web.Response]]
 CHART_WINDOWS = {"1h": 3600, "24h": 24 * 3600}
+PEEK_COUNT = 10  # queued messages a topic or channel page shows per node
 
 
 def routes() -> list[tuple[str, Handler]]:
@@ -74,9 +75,10 @@ async def topic_page(request: web.Request) -> web.Response:
     admin, warnings, topic_name = admin_of(request), Warnings(), request.match_info["topic"]
     topic = await admin.cluster.topic(topic_name, warnings)
     window = _window(request)
-    charts = await _charts(admin, topic_name, "", CHART_WINDOWS[window])
+    (queued, peek_failed), charts = await asyncio.gather(
+        _peek(admin, topic), _charts(admin, topic_name, "", CHART_WINDOWS[window]))
     return _render(request, "topic.html", "topics", topic_name, warnings, topic=topic, charts=charts,
-                   chart_window=window)
+                   chart_window=window, queued=queued, peek_failed=peek_failed)
 
 
 @_page("topics")
@@ -84,9 +86,10 @@ async def channel_page(request: web.Request) -> web.Response:
     admin, warnings, match = admin_of(request), Warnings(), request.match_info
     channel = await admin.cluster.channel(match["topic"], match["channel"], warnings)
     window = _window(request)
-    charts = await _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window])
+    (queued, peek_failed), charts = await asyncio.gather(
+        _peek(admin, channel), _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window]))
     return _render(request, "channel.html", "topics", f"{match['topic']}/{match['channel']}", warnings,
-                   channel=channel, charts=charts, chart_window=window)
+                   channel=channel, charts=charts, chart_window=window, queued=queued, peek_failed=peek_failed)
 
 
 @_page("nodes")
@@ -143,6 +146,16 @@ async def _charts(admin: AdminState, topic: str, channel: str, seconds: int) -> 
         backlog = await admin.history.deepest_channel(topic, time.time() - seconds)
         charts.append(line_chart_svg("Slowest channel's depth", backlog, unit="messages"))
     return charts
+
+
+async def _peek(admin: AdminState, queue: Json) -> tuple[list[Json], str]:
+    """The messages queued in a topic or channel on each of its nodes, and what failed to answer: said beside them
+    rather than in the page's warning, since an nsqd without peeking (NSQ's own) is no fault of the cluster."""
+    failures = Warnings()
+    try:
+        return await admin.cluster.peek(queue, PEEK_COUNT, failures), "; ".join(failures)
+    except UpstreamError as error:
+        return [], str(error)
 
 
 async def _counts(admin: AdminState, warnings: Warnings) -> list[Json]:

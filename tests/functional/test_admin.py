@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import re
@@ -182,6 +183,40 @@ def test_channel_page_lists_the_clients(cluster: Cluster, admin: NSQDProcess) ->
             await consumer.stop()
 
     asyncio.run(consume())
+
+
+def test_queued_messages_are_peeked_on_every_node(cluster: Cluster, admin: NSQDProcess) -> None:
+    queued = {0: [b"<b>first</b>", b"second"], 1: [b"\x00\x01 binary"]}
+    for index, bodies in queued.items():
+        create_channel(cluster.nodes[index], "peeked", "c")
+        for body in bodies:
+            assert cluster.nodes[index].http("POST", "/pub?topic=peeked", body)[0] == 200
+    assert cluster.nodes[0].http("POST", "/pub?topic=peeked_alone", b"waiting")[0] == 200
+    wait_for(lambda: len(get_json(admin, "/api/topics/peeked")[1]["nodes"]) == 2)
+    wait_for(lambda: "peeked_alone" in get_json(admin, "/api/topics")[1]["topics"])
+
+    def peeked(path: str) -> dict[str, list[bytes]]:
+        status, answer = get_json(admin, path)
+        assert status == 200 and answer["message"] == "", answer
+        by_node: dict[str, list[bytes]] = {}
+        for message in answer["messages"]:
+            assert len(message["id"]) == 16 and message["attempts"] == 0 and message["timestamp"] > 0
+            by_node.setdefault(message["node"], []).append(base64.b64decode(message["body"]))
+        return by_node
+
+    expected = {cluster.node_name(index): bodies for index, bodies in queued.items()}
+    assert peeked("/api/peek/peeked/c") == expected
+    assert peeked("/api/peek/peeked/c?n=1") == {node: bodies[:1] for node, bodies in expected.items()}
+    assert peeked("/api/peek/peeked") == {}  # the topic handed them to its channel
+    assert peeked("/api/peek/peeked_alone") == {cluster.node_name(0): [b"waiting"]}
+    for bad in ("0", "-1", "ten"):
+        assert get_json(admin, f"/api/peek/peeked/c?n={bad}") == (400, {"message": "INVALID_ARG_N"})
+    assert [nsqd_channel(node, "peeked", "c")["depth"] for node in cluster.nodes] == [2, 1]  # type: ignore[index]
+
+    html = page(admin, "/topics/peeked/c")
+    assert "<b>first</b>" not in html and "<code>&lt;b&gt;first&lt;/b&gt;</code>" in html
+    assert '<span class="label">hex</span> <code>00 01 20 62 69 6e 61 72 79</code>' in html
+    assert "<code>waiting</code>" in page(admin, "/topics/peeked_alone")
 
 
 def test_topic_and_channel_actions_reach_every_nsqd(cluster: Cluster, admin: NSQDProcess) -> None:

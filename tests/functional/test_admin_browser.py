@@ -154,6 +154,7 @@ def test_charts_read_in_the_viewers_time_zone_with_the_value_under_the_pointer(
         assert font_size * scale >= 12  # labels read at about the page's own text size (14 px)
 
         expect(rate.locator(".chart-readout")).to_contain_text("latest:")
+        rate.scroll_into_view_if_needed()  # below the queued messages: the pointer moves within the viewport
         box = rate.bounding_box()
         assert box is not None
         page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5, steps=4)
@@ -163,6 +164,29 @@ def test_charts_read_in_the_viewers_time_zone_with_the_value_under_the_pointer(
         page.mouse.move(5, 5)
         expect(rate.locator(".chart-pointer")).to_have_attribute("visibility", "hidden")
         expect(rate.locator(".chart-readout")).to_contain_text("latest:")
+
+
+@requires_chromium
+def test_queued_messages_show_as_text_as_hex_or_cut(cluster: tuple[NSQDProcess, NSQDProcess], tmp_path: Path,
+                                                    request: pytest.FixtureRequest) -> None:
+    nsqd, admin = cluster
+    script = "<script>window.peeked = true</script>"
+    for body in (script.encode(), b"\x00\xff\x01\x02", b"x" * 500):
+        assert nsqd.http("POST", f"/pub?topic={TOPIC}", body)[0] == 200
+    shots = Screenshots(tmp_path, request.node.name)
+    with chromium_page() as page, shots.on_failure(page):
+        page.goto(f"http://127.0.0.1:{admin.http_port}/topics/{TOPIC}/{CHANNEL}")
+        rows = page.locator("table.peek tbody tr")
+        expect(rows).to_have_count(6, timeout=WAIT_MS)  # the 3 orders of the fixture, then these
+        bodies = rows.locator("td.body code")
+        expect(bodies).to_have_text(["order 0", "order 1", "order 2", script, "00 ff 01 02", "x" * 200 + "…"])
+        expect(rows.nth(4).locator("td.body .label")).to_have_text("hex")
+        expect(rows.nth(5).locator("td.body")).to_have_attribute("title", "500 bytes")
+        expect(rows.first.locator("td").first).to_have_text(f"127.0.0.1:{nsqd.http_port}")
+        shots.take(page, "queued")
+        assert page.locator("table.peek script").count() == 0
+        assert page.evaluate("window.peeked") is None  # shown, never run
+    assert _channel(nsqd)["depth"] == 6  # still queued
 
 
 def _record_posts(page: Page) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
 import json
@@ -16,7 +17,7 @@ from markupsafe import Markup
 
 from services.admin import overview
 from services.admin.charts import format_value, line_chart_svg, value_ticks
-from services.admin.pages import Pages, commafy, duration_ns, format_datetime, nanos_to_human, percent, urlpart
+from services.admin.pages import BodyPreview, Pages, body_preview, commafy, duration_ns, format_datetime, nanos_to_human, percent, urlpart
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
 EVIL = "<script>alert(1)</script>"
@@ -54,13 +55,21 @@ def topics_context(names: list[str], rates: dict[str, float] | None = None, topi
     return {"topics": overview.sort_rows(rows, *chosen), "order": chosen, "next_order": overview.next_order}
 
 
+def queued_message(body: bytes, node: str = "127.0.0.1:14151", attempts: int = 0) -> dict[str, Any]:
+    """A message as the admin's peek hands it to a page."""
+    return {"node": node, "id": "0c1a2b3c4d5e6f70", "timestamp": 1_700_000_000_123_456_789, "attempts": attempts,
+            "body": base64.b64encode(body).decode()}
+
+
 def page_contexts() -> dict[str, dict[str, Any]]:
     """One realistic context per template."""
     counter_total = sum(c["message_count"] for c in reference("topic")["channels"])
     return {
         "topics.html": topics_context(reference("topics")["topics"], {"sample_topic": 1.5}, [reference("topic")]),
-        "topic.html": {"topic": reference("topic"), "charts": [], "chart_window": "1h"},
-        "channel.html": {"channel": reference("channel"), "charts": [], "chart_window": "1h"},
+        "topic.html": {"topic": reference("topic"), "charts": [], "chart_window": "1h", "queued": [],
+                       "peek_failed": ""},
+        "channel.html": {"channel": reference("channel"), "charts": [], "chart_window": "1h",
+                         "queued": [queued_message(b"hello")], "peek_failed": ""},
         "nodes.html": {"nodes": reference("nodes")["nodes"], "lookupd_count": 1},
         "node.html": {"node": reference("node")},
         "counter.html": {"total": counter_total},
@@ -300,6 +309,52 @@ def test_channel_without_clients() -> None:
     channel = reference("channel")
     channel["clients"] = []
     assert "No clients connected to this channel." in render("channel.html", channel=channel)
+
+
+def peek_table(html: str) -> str:
+    return html.split('<table class="peek">', 1)[1].split("</table>", 1)[0]
+
+
+def test_queued_messages_show_text_escaped_binary_as_hex_and_long_bodies_cut() -> None:
+    queued = [queued_message(EVIL.encode()), queued_message(b"\x00\x01\xfe", node="127.0.0.1:14251", attempts=3),
+              queued_message(b"x" * 500)]
+    html = render("channel.html", queued=queued)
+    table = peek_table(html)
+    assert EVIL not in html and "<code>&lt;script&gt;alert(1)&lt;/script&gt;</code>" in table
+    assert '<span class="label">hex</span> <code>00 01 fe</code>' in table
+    assert f"<code>{'x' * 200}…</code>" in table and 'title="500 bytes"' in table
+    assert '<a href="/nodes/127.0.0.1:14251">127.0.0.1:14251</a>' in table
+    assert "<code>0c1a2b3c4d5e6f70</code>" in table
+    assert format_datetime(1_700_000_000.123456789) in table
+    assert re.findall(r'<td class="num">([^<]*)</td>', table) == ["0", "3", "0"]
+
+
+def test_a_queue_with_nothing_queued_says_so_and_a_failed_peek_is_said_beside_it() -> None:
+    assert "No messages queued." in render("channel.html", queued=[])
+    html = render("topic.html", peek_failed="http://127.0.0.1:14151/topic/peek?topic=t: got response 404")
+    section = html.split('<section class="queued">', 1)[1].split("</section>", 1)[0]
+    assert "Queued at the Topic" in section
+    assert "<strong>Could not peek:</strong> http://127.0.0.1:14151/topic/peek?topic=t: got response 404" in section
+    assert "No messages queued." not in section and "banner-warning" not in html
+
+
+@pytest.mark.parametrize(("body", "preview"), [
+    (b"plain text", BodyPreview("plain text", False, 10)),
+    (b"tab\tand\r\nlines", BodyPreview("tab\tand\r\nlines", False, 14)),
+    ("caf\u00e9 \u2603".encode(), BodyPreview("caf\u00e9 \u2603", False, 9)),
+    (b"\x1b[31mred", BodyPreview("1b 5b 33 31 6d 72 65 64", True, 8)),  # a control character
+    (b"\xff\xfe", BodyPreview("ff fe", True, 2)),  # not UTF-8
+    (b"", BodyPreview("", False, 0)),
+    ("\u00e9".encode() * 300, BodyPreview("\u00e9" * 200 + "…", False, 600)),  # cut by characters, not bytes
+    (bytes(100), BodyPreview(("00 " * 67)[:200] + "…", True, 100)),
+])
+def test_body_preview(body: bytes, preview: BodyPreview) -> None:
+    assert body_preview(base64.b64encode(body).decode()) == preview
+
+
+def test_a_large_body_is_previewed_from_its_start() -> None:
+    body = b"a" * 1000 + b"\xff" * 1_000_000  # not UTF-8 only far past what is shown
+    assert body_preview(base64.b64encode(body).decode()) == BodyPreview("a" * 200 + "…", False, 1_001_000)
 
 
 # --- nodes --------------------------------------------------------------------------------------------------------

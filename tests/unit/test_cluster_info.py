@@ -82,6 +82,24 @@ async def test_nsqd_stats_and_info(hosts: Hosts, cluster: ClusterInfo) -> None:
         {"format": "json", "include_clients": "false"}, {}]
 
 
+async def test_nsqd_peeks(hosts: Hosts, cluster: ClusterInfo) -> None:
+    message = {"id": "0c1a2b3c4d5e6f70", "timestamp": 1_700_000_000_000_000_000, "attempts": 0, "body": "aGk="}
+    nsqd = await hosts.start(channel_peek=(200, json.dumps({"messages": [message]})),
+                             topic_peek=(200, '{"messages": []}'))
+    assert await cluster.peek(nsqd.address, "t", "c", 5) == [message]
+    assert await cluster.peek(nsqd.address, "t") == []
+    assert [dict(request.query) for request in nsqd.requests] == [{"topic": "t", "channel": "c", "n": "5"},
+                                                                  {"topic": "t", "n": "10"}]
+    for wrong in ('{"messages": null}', '{"messages": [{"id": "x", "body": "", "timestamp": "1", "attempts": 0}]}'):
+        nsqd.answers["/topic/peek"] = (200, wrong)
+        with pytest.raises(ClusterInfoError, match="messages are not objects with id, timestamp"):
+            await cluster.peek(nsqd.address, "t")
+    nsq = await hosts.start()  # NSQ's own nsqd has no such route
+    with pytest.raises(ClusterInfoError) as raised:
+        await cluster.peek(nsq.address, "t", "c")
+    assert raised.value.status == 404
+
+
 async def test_every_request_asks_for_v1_answers_on_one_session(hosts: Hosts, cluster: ClusterInfo) -> None:
     lookupd = await hosts.start(topics=(200, '{"topics": []}'), topic_create=(200, ""))
     await cluster.topics(lookupd.address)
