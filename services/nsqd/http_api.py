@@ -4,8 +4,9 @@
 All parameters come from the query string, even on POST; only /pub, /mpub and PUT /config read the body, each
 up to its limit (a larger body is never buffered).
 
-Beyond NSQ, ``GET /topic/peek`` and ``GET /channel/peek`` show up to ``n`` queued messages without consuming
-them, in the order they would be delivered; deferred and in-flight messages are not queued, so not shown.
+Beyond NSQ, ``GET /topic/peek`` and ``GET /channel/peek`` (``queue=dead``: the dead-letter queue) show up to ``n``
+queued messages without consuming them, in the order they would be delivered; deferred and in-flight messages are
+not queued, so not shown.
 """
 
 from __future__ import annotations
@@ -339,9 +340,14 @@ class _API:
         return await _peek(self._existing_topic(_topic_name(request)).queue, count)
 
     async def channel_peek(self, request: Request) -> Response:
+        """``queue=dead`` peeks at the channel's dead-letter queue instead, as /channel/empty empties it."""
         count = _peek_count(request)
         topic, name = self._existing_channel(request)
-        return await _peek(topic.channels[name].queue, count)
+        queue = request.query.get("queue")
+        if queue not in (None, "dead"):
+            raise HTTPError(400, "INVALID_QUEUE")
+        channel = topic.channels[name]
+        return await _peek(channel.dead_letters if queue == "dead" else channel.queue, count)
 
     # -- /config -----------------------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """Peeking at a queue (``GET /channel/peek``, ``GET /topic/peek``) on a real nsqd: the messages shown are the ones
-a consumer then gets, in that order, and nothing the peek could have changed did (stats, files, delivery)."""
+a consumer then gets, in that order, and nothing the peek could have changed did (stats, files, delivery); a
+channel's dead-letter queue with ``queue=dead``."""
 
 from __future__ import annotations
 
@@ -109,6 +110,29 @@ async def test_a_topic_peek_shows_its_backlog_in_the_order_its_first_channel_get
     assert [as_peeked(message) for message in await consumer.read_messages(6)] == peeked
     await consumer.close()
     assert peek(nsqd, "/topic/peek?topic=t") == []  # handed to the channel
+
+
+async def test_the_dead_letter_queue_is_peeked_with_queue_dead(nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    nsqd = nsqd_factory("--max-attempts=1")
+    create_channel(nsqd)
+    for body in (b"poison", b"fine"):
+        assert nsqd.http("POST", "/pub?topic=t", body)[0] == 200
+    consumer = await WireClient.connect(nsqd.tcp_address)
+    await consumer.subscribe("t", "c", rdy=2)
+    poison, fine = await consumer.read_messages(2)
+    await consumer.command(b"REQ", poison.id, b"0")  # its second delivery would pass the limit: parked
+    await consumer.expect_nothing(0.2)  # (a RDY 0 in the same read would leave it queued, to be parked later)
+    await consumer.command(b"FIN", fine.id)
+    await consumer.command(b"RDY", b"0")
+    await consumer.expect_nothing(0.2)
+    assert nsqd.http("POST", "/pub?topic=t", b"later")[0] == 200
+    [dead] = peek(nsqd, "/channel/peek?topic=t&channel=c&queue=dead")
+    assert (dead["id"], base64.b64decode(dead["body"]), dead["attempts"]) == (poison.id.decode(), b"poison", 1)
+    assert [base64.b64decode(m["body"]) for m in peek(nsqd, "/channel/peek?topic=t&channel=c")] == [b"later"]
+    assert nsqd.channel_stats("t", "c")["dead_letter_depth"] == 1
+    answer = nsqd.http("GET", "/channel/peek?topic=t&channel=c&queue=other")
+    assert (answer[0], json.loads(answer[2])) == (400, {"message": "INVALID_QUEUE"})
+    await consumer.close()
 
 
 def test_at_most_a_hundred_messages_are_shown(nsqd: NSQDProcess) -> None:
