@@ -345,8 +345,9 @@ def _lists_client(nsqd: NSQDProcess, topic: str, port: int) -> bool:
     return any(client["remote_address"].endswith(f":{port}") for client in clients)
 
 
-def summary(figures: Iterable[float]) -> str:
+def summary(figures: Iterable[float], digits: int = 1) -> str:
     values = sorted(figures)
     if not values:
         return "-"
-    return f"min {values[0]:.1f} s, median {values[len(values) // 2]:.1f} s, max {values[-1]:.1f} s"
+    return (f"min {values[0]:.{digits}f} s, median {values[len(values) // 2]:.{digits}f} s, "
+            f"max {values[-1]:.{digits}f} s")
