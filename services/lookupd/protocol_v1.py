@@ -6,7 +6,7 @@ When the connection ends, its producer leaves every registration.
 An IDENTIFY that asks for TLS (``shared.protocol.lookup_v1``) is answered in plain, then the connection reads
 nothing until the TLS handshake: bytes already sent behind the IDENTIFY are refused. The nsqd joins the registrations
 once the handshake succeeded (its certificate verified, with ``--tls-root-ca-file``), so a node that fails it never
-shows on ``/nodes``.
+shows on ``/nodes``, and is then told ``OK``, which it waits for before any command.
 """
 
 from __future__ import annotations
@@ -65,6 +65,12 @@ class ConnectionV1(asyncio.Protocol):
                              *registration)
 
     def data_received(self, data: bytes) -> None:
+        if self._upgrade is not None and not self._upgrade.done():
+            # only the TLS layer reads now, so this came over TLS before lookupd's OK: the nsqd did not wait
+            log.error("CLIENT(%s): sent commands before the OK that ends the TLS upgrade", self.remote_address)
+            self._upgrade.cancel()
+            self.transport.abort()
+            return
         out = []
         try:
             for command in self._parser.feed(data):
@@ -109,6 +115,7 @@ class ConnectionV1(asyncio.Protocol):
         log.info("CLIENT(%s): TLS %s", self.remote_address, _describe_tls(transport.get_extra_info("ssl_object")))
         self.peer.tls = True
         self.lookupd.db.add_producer(CLIENT, self.peer)
+        transport.write(encode_response(b"OK"))
 
     def _unknown(self, command: Command) -> bytes:
         if command.error is not None:

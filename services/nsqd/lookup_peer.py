@@ -170,14 +170,16 @@ class LookupPeer:
         await self._confirm_tls(writer)
 
     async def _confirm_tls(self, writer: asyncio.StreamWriter) -> None:
-        # with TLS 1.3 a client learns that its certificate was refused only when it next reads: a first PING
-        # makes a refusal a failed connection (reconnected with a growing delay), not a lookupd gone once registered
+        # lookupd's OK after the handshake: with TLS 1.3 a refused certificate shows only here, and counts as a
+        # failed connection (tried again with a growing delay), not as a lookupd gone once registered
         try:
-            await self._command(b"PING\n")
+            confirmation = await self._response()
         except (OSError, asyncio.IncompleteReadError) as error:
             detail = "" if isinstance(error, asyncio.IncompleteReadError) else f" ({describe(error)})"
             raise LookupdError(f"lookupd closed the connection after the TLS handshake{detail}: does it want a "
                                f"client certificate it trusts (--lookupd-tls-cert)?") from error
+        if confirmation != b"OK":
+            raise LookupdError(f"lookupd answered the TLS handshake with {confirmation!r} instead of OK")
         ssl_object = writer.get_extra_info("ssl_object")
         log.info("LOOKUPD(%s): TLS %s %s", self.address, ssl_object.version(), (ssl_object.cipher() or ("",))[0])
 
@@ -219,6 +221,10 @@ class LookupPeer:
         assert self._reader is not None and self._writer is not None
         self._writer.write(data)
         await self._writer.drain()
+        return await self._response()
+
+    async def _response(self) -> bytes:
+        assert self._reader is not None
         header = await asyncio.wait_for(self._reader.readexactly(4), CONNECT_TIMEOUT)
         (size,) = _SIZE.unpack(header)
         reply = await asyncio.wait_for(self._reader.readexactly(size), CONNECT_TIMEOUT)

@@ -6,7 +6,10 @@ followed by ``[int32 size][JSON]``. lookupd answers every command with ``[int32 
 
 TLS, beyond NSQ, is negotiated the way protocol V2 negotiates it: nsqd asks with ``"tls_v1": true`` in its
 IDENTIFY body, lookupd agrees with ``"tls_v1": true`` in its answer, and both sides go on over TLS on the same
-connection from the byte after that answer. Every other byte stays as NSQ has it, so either side can be NSQ's:
+connection from the byte after that answer. Once the handshake is done (the nsqd's certificate accepted), lookupd
+sends ``OK`` over TLS, and nsqd waits for it before its next command, as a V2 client waits for the ``OK`` after its
+upgrade: with TLS 1.3 a client learns that its certificate was refused only when it next reads. Every other byte
+stays as NSQ has it, so either side can be NSQ's:
 
 - NSQ's lookupd ignores the field it does not know and answers without it: an nsqd that asked refuses to go on in
   plain (it closes and tries again later), with a log line naming the reason;

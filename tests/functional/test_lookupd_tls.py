@@ -42,10 +42,10 @@ class Authority:
         return flags
 
 
-def make_authority(directory: Path) -> Authority:
+def make_authority(directory: Path, *server_names: str) -> Authority:
     directory.mkdir()
     authority = trustme.CA()
-    server = authority.issue_cert("127.0.0.1", "localhost")
+    server = authority.issue_cert(*(server_names or ("127.0.0.1", "localhost")))
     client = authority.issue_cert("nsqd.example.com")
     files = Authority(*(directory / name for name in ("ca.pem", "cert.pem", "key.pem", "client.pem",
                                                       "client.key")))
@@ -66,6 +66,12 @@ def authority(tmp_path_factory: pytest.TempPathFactory) -> Authority:
 def stranger(tmp_path_factory: pytest.TempPathFactory) -> Authority:
     """Another CA: what it signed is not trusted by the other's holders."""
     return make_authority(tmp_path_factory.mktemp("tls") / "stranger")
+
+
+@pytest.fixture(scope="module")
+def named(tmp_path_factory: pytest.TempPathFactory) -> Authority:
+    """A CA whose server certificate names ``lookupd.internal`` only, not the address nsqd dials."""
+    return make_authority(tmp_path_factory.mktemp("tls") / "named", "lookupd.internal")
 
 
 @pytest.fixture
@@ -151,6 +157,18 @@ def test_a_lookupd_certificate_from_another_ca_is_refused_and_nsqd_keeps_trying(
     assert json.loads(lookupd.http("GET", "/nodes")[2])["producers"] == []
 
 
+def test_a_lookupd_certificate_is_checked_for_the_server_name_given(processes: Callable[..., NSQDProcess],
+                                                                     named: Authority) -> None:
+    lookupd = processes(start_lookupd, *named.lookupd_flags())
+    by_address = processes(start_nsqd, lookupd_address(lookupd), *named.nsqd_flags())
+    by_name = processes(start_nsqd, lookupd_address(lookupd), *named.nsqd_flags(),
+                        "--lookupd-tls-server-name=lookupd.internal")
+    registered(lookupd, by_name)
+    assert logged(by_address, r"TLS handshake failed - .*IP address mismatch.* - reconnecting")
+    by_address.http("POST", "/topic/create?topic=orders")
+    assert producers_of(lookupd, "orders") == [by_name.tcp_port]
+
+
 def test_client_certificates_are_required_and_verified(processes: Callable[..., NSQDProcess],
                                                        authority: Authority, stranger: Authority) -> None:
     lookupd = processes(start_lookupd, *authority.lookupd_flags(), f"--tls-root-ca-file={authority.ca}")
@@ -212,6 +230,7 @@ def test_a_client_speaking_tls_after_identify_registers(processes: Callable[...,
     assert answer["tls_v1"] is True
     client.sock = ssl.create_default_context(cafile=str(authority.ca)).wrap_socket(client.sock,
                                                                                    server_hostname="127.0.0.1")
+    assert client.reply() == b"OK"  # the handshake is done
     assert client.command(b"REGISTER orders archive") == b"OK"
     assert producers_of(lookupd, "orders") == [4150]
     client.close()
