@@ -112,14 +112,19 @@ def registered(lookupd: NSQDProcess, nsqd: NSQDProcess, topic: str = "orders") -
 
 def logged(process: NSQDProcess, pattern: str, count: int = 1, timeout: float = 10) -> list[str]:
     """The log lines matching ``pattern`` once there are ``count`` of them."""
-    return wait_for(lambda: (lambda lines: lines if len(lines) >= count else None)(
-        [line for line in process.log_lines if re.search(pattern, line)]), timeout,
-        what=lambda: f"{count} log line(s) matching {pattern!r} in\n" + "\n".join(process.log_lines))
+    def matching() -> list[str] | None:
+        lines = [line for line in process.log_lines if re.search(pattern, line)]
+        return lines if len(lines) >= count else None
+
+    return wait_for(matching, timeout, what=lambda: f"{count} log line(s) matching {pattern!r} in\n" +
+                    "\n".join(process.log_lines))
 
 
 def producers_over_tls(lookupd: NSQDProcess) -> float:
     metrics = lookupd.http("GET", "/metrics")[2].decode()
-    return float(re.search(r"^nsqlookupd_producers_tls (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
+    found = re.search(r"^nsqlookupd_producers_tls (\S+)$", metrics, re.M)
+    assert found is not None, metrics
+    return float(found.group(1))
 
 
 # -- our nsqd and our lookupd ------------------------------------------------------------------------------------
