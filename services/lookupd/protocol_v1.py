@@ -71,13 +71,9 @@ class ConnectionV1(asyncio.Protocol):
             self._upgrade.cancel()
             self.transport.abort()
             return
-        out = []
+        out: list[bytes] = []
         try:
-            for command in self._parser.feed(data):
-                self._before_tls()
-                out.append(encode_response(_HANDLERS.get(command.name, ConnectionV1._unknown)(self, command)))
-            if self._parser.buffered:
-                self._before_tls()
+            self._run(data, out)
         except ProtocolError as error:
             log.error("[%s] - %s", self.remote_address, error)
             out.append(encode_response(error.frame_text))
@@ -86,13 +82,20 @@ class ConnectionV1(asyncio.Protocol):
             return
         if out:
             self.transport.write(b"".join(out))
-        if self._tls_asked and self._upgrade is None:
+        if self._tls_asked:
             # the handshake's bytes must reach the TLS layer, not the command parser
             self.transport.pause_reading()
             self._upgrade = asyncio.create_task(self._start_tls(), name=f"TLS {self.remote_address}")
 
+    def _run(self, data: bytes, out: list[bytes]) -> None:
+        """Answers the commands in ``data`` into ``out``; nothing may follow an IDENTIFY that asked for TLS."""
+        for command in self._parser.feed(data):
+            self._before_tls()
+            out.append(encode_response(_HANDLERS.get(command.name, ConnectionV1._unknown)(self, command)))
+        if self._parser.buffered:
+            self._before_tls()
+
     def _before_tls(self) -> None:
-        """Nothing may come between an IDENTIFY that asked for TLS and the handshake."""
         if self._tls_asked:
             raise FatalClientError("E_INVALID", "cannot send commands between IDENTIFY and the TLS handshake")
 
