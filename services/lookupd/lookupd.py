@@ -1,5 +1,6 @@
 """NSQLookupd: one discovery instance. ``await start()`` binds TCP (nsqd registrations) and HTTP (lookups),
-``await stop()`` closes them. State is in memory only: nsqd re-registers everything when it reconnects."""
+``await stop()`` closes them. State is in memory only: nsqd re-registers everything when it reconnects.
+With ``--tls-cert`` nsqds may register over TLS (``shared.protocol.lookup_v1`` says how it is negotiated)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from aiohttp import web
 
 from shared.listeners import listen_http, listen_tcp
 from shared.metrics import PrometheusEndpoint
+from shared.tls import server_context
 from shared.version import VERSION
 
 from .http_api import build_app
@@ -21,6 +23,10 @@ from .registration_db import Registration, RegistrationDB
 
 log = logging.getLogger("nsqlookupd")
 
+# both ends of a registration are ours when it is over TLS: no reason to accept older versions
+TLS_MIN_VERSION = "tls1.2"
+
+
 class NSQLookupd:
     def __init__(self, opts: Options) -> None:
         opts.validate()
@@ -28,6 +34,10 @@ class NSQLookupd:
         self.version = VERSION
         self.hostname = socket.gethostname()
         self.db = RegistrationDB()
+        # the certificate nsqds that ask for TLS in IDENTIFY upgrade to; None: plain only, as NSQ
+        self.tls_context = server_context(opts.tls_cert, opts.tls_key, opts.tls_root_ca_file,
+                                          client_certificates=bool(opts.tls_root_ca_file),
+                                          min_version=TLS_MIN_VERSION)
         # HTTP requests answered, by route and status, for /metrics
         self.request_counts: dict[tuple[str, int], int] = {}
         self.metrics = PrometheusEndpoint(lambda: LookupdCollector(self))
@@ -78,9 +88,13 @@ class LookupdCollector:
             family = GaugeMetricFamily(f"nsqlookupd_{category}s", help_text)
             family.add_metric([], counts[category])
             yield family
+        clients = db.registrations.get(Registration("client", "", ""), {})
         producers = GaugeMetricFamily("nsqlookupd_producers", "nsqd nodes identified")
-        producers.add_metric([], len(db.registrations.get(Registration("client", "", ""), {})))
+        producers.add_metric([], len(clients))
         yield producers
+        over_tls = GaugeMetricFamily("nsqlookupd_producers_tls", "nsqd nodes identified over TLS")
+        over_tls.add_metric([], sum(producer.peer.tls for producer in clients.values()))
+        yield over_tls
         registrations = GaugeMetricFamily("nsqlookupd_registrations", "Producer registrations by category",
                                           labels=["category"])
         for category in ("client", "topic", "channel"):

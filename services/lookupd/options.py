@@ -1,11 +1,12 @@
-"""nsqlookupd's options: NSQ's flags and defaults (durations in seconds)."""
+"""nsqlookupd's options: NSQ's flags and defaults (durations in seconds), and the TLS flags of registrations
+(beyond NSQ, which registers in plain only: with none of them set, lookupd is NSQ's)."""
 
 from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
 
-from shared.flags import option
+from shared.flags import FlagError, option
 from shared.program import ProgramOptions
 
 
@@ -23,3 +24,22 @@ class Options(ProgramOptions):
                                                      "since its last ping", kind="duration")
     tombstone_lifetime: float = option(45.0, "duration of time a producer will remain tombstoned if registration "
                                              "remains", kind="duration")
+
+    tls_cert: str = option("", "path to certificate file: nsqds that ask for TLS (nsqd's "
+                               "--lookupd-tls-root-ca-file) register over TLS")
+    tls_key: str = option("", "path to key file")
+    tls_root_ca_file: str = option("", "path to certificate authority file: nsqds must present a certificate it "
+                                       "signed (implies --tls-required)")
+    tls_required: bool = option(False, "refuse registrations that are not over TLS")
+
+    def validate(self) -> None:
+        """Raises FlagError naming the flag at fault."""
+        super().validate()
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise FlagError("--tls-cert and --tls-key must be given together")
+        if self.tls_root_ca_file and not self.tls_cert:
+            raise FlagError("--tls-root-ca-file needs --tls-cert and --tls-key")
+        if self.tls_root_ca_file:
+            self.tls_required = True  # as nsqd's --tls-client-auth-policy: checking certificates means TLS only
+        if self.tls_required and not self.tls_cert:
+            raise FlagError("cannot require TLS client connections without TLS key and cert")

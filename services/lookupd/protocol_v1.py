@@ -2,6 +2,11 @@
 
 Replies are ``[int32 size][data]``; every error is answered and closes the connection, as NSQ's lookupd does.
 When the connection ends, its producer leaves every registration.
+
+An IDENTIFY that asks for TLS (``shared.protocol.lookup_v1``) is answered in plain, then the connection reads
+nothing until the TLS handshake: bytes already sent behind the IDENTIFY are refused. The nsqd joins the registrations
+once the handshake succeeded (its certificate verified, with ``--tls-root-ca-file``), so a node that fails it never
+shows on ``/nodes``, and is then told ``OK``, which it waits for before any command.
 """
 
 from __future__ import annotations
@@ -9,15 +14,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from typing import TYPE_CHECKING, Callable, cast
 
 from shared import go_json
 from shared.addresses import join_host_port
+from shared.log_format import describe
 from shared.names import is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import Command
 from shared.protocol.errors import FatalClientError, ProtocolError
-from shared.protocol.lookup_v1 import MAGIC_V1, LookupCommandParser, encode_response
+from shared.protocol.lookup_v1 import MAGIC_V1, TLS_V1, LookupCommandParser, encode_response, lookupd_upgrades
 
 from .registration_db import PeerInfo, Registration
 
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqlookupd")
 
 CLIENT = Registration("client", "", "")
+TLS_HANDSHAKE_TIMEOUT = 5.0
 
 
 class ConnectionV1(asyncio.Protocol):
@@ -36,6 +44,8 @@ class ConnectionV1(asyncio.Protocol):
         self.remote_address = ""
         self.peer: PeerInfo | None = None
         self._parser = LookupCommandParser(MAGIC_V1)
+        self._tls_asked = False  # IDENTIFY agreed to TLS: the handshake comes next
+        self._upgrade: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -45,6 +55,8 @@ class ConnectionV1(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         log.info("PROTOCOL(V1): [%s] exiting ioloop", self.remote_address)
+        if self._upgrade is not None:
+            self._upgrade.cancel()
         if self.peer is not None:
             db = self.lookupd.db
             for registration in db.lookup_registrations(self.peer.id):
@@ -53,19 +65,60 @@ class ConnectionV1(asyncio.Protocol):
                              *registration)
 
     def data_received(self, data: bytes) -> None:
-        out = []
-        for command in self._parser.feed(data):
-            try:
-                response = _HANDLERS.get(command.name, ConnectionV1._unknown)(self, command)
-            except ProtocolError as error:
-                log.error("[%s] - %s", self.remote_address, error)
-                out.append(encode_response(error.frame_text))
-                self.transport.write(b"".join(out))
-                self.transport.close()
-                return
-            out.append(encode_response(response))
+        if self._upgrade is not None and not self._upgrade.done():
+            # only the TLS layer reads now, so this came over TLS before lookupd's OK: the nsqd did not wait
+            log.error("CLIENT(%s): sent commands before the OK that ends the TLS upgrade", self.remote_address)
+            self._upgrade.cancel()
+            self.transport.abort()
+            return
+        out: list[bytes] = []
+        try:
+            self._run(data, out)
+        except ProtocolError as error:
+            log.error("[%s] - %s", self.remote_address, error)
+            out.append(encode_response(error.frame_text))
+            self.transport.write(b"".join(out))
+            self.transport.close()
+            return
         if out:
             self.transport.write(b"".join(out))
+        if self._tls_asked:
+            # the handshake's bytes must reach the TLS layer, not the command parser
+            self.transport.pause_reading()
+            self._upgrade = asyncio.create_task(self._start_tls(), name=f"TLS {self.remote_address}")
+
+    def _run(self, data: bytes, out: list[bytes]) -> None:
+        """Answers the commands in ``data`` into ``out``; nothing may follow an IDENTIFY that asked for TLS."""
+        for command in self._parser.feed(data):
+            self._before_tls()
+            out.append(encode_response(_HANDLERS.get(command.name, ConnectionV1._unknown)(self, command)))
+        if self._parser.buffered:
+            self._before_tls()
+
+    def _before_tls(self) -> None:
+        if self._tls_asked:
+            raise FatalClientError("E_INVALID", "cannot send commands between IDENTIFY and the TLS handshake")
+
+    async def _start_tls(self) -> None:
+        assert self.lookupd.tls_context is not None and self.peer is not None
+        try:
+            transport = await asyncio.get_running_loop().start_tls(
+                self.transport, self, self.lookupd.tls_context, server_side=True,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
+        except (OSError, ssl.SSLError, TimeoutError) as error:
+            # an nsqd that does not trust lookupd's certificate just closes
+            hint = " (does the nsqd trust this certificate?)" if isinstance(error, ConnectionResetError) else ""
+            log.error("CLIENT(%s): TLS handshake failed - %s%s", self.remote_address, describe(error), hint)
+            self.transport.abort()
+            return
+        if transport is None:
+            return  # the connection closed during the handshake
+        self.transport = transport
+        self._tls_asked = False
+        log.info("CLIENT(%s): TLS %s", self.remote_address, _describe_tls(transport.get_extra_info("ssl_object")))
+        self.peer.tls = True
+        self.lookupd.db.add_producer(CLIENT, self.peer)
+        transport.write(encode_response(b"OK"))
 
     def _unknown(self, command: Command) -> bytes:
         if command.error is not None:
@@ -82,14 +135,29 @@ class ConnectionV1(asyncio.Protocol):
             raise FatalClientError("E_INVALID", "cannot IDENTIFY again")
         if command.error is not None:
             raise command.error
-        self.peer = _peer_info(command.body, self.remote_address)
-        log.info("CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s", self.remote_address,
-                 self.peer.broadcast_address, self.peer.tcp_port, self.peer.http_port, self.peer.version)
-        self.lookupd.db.add_producer(CLIENT, self.peer)
+        peer, tls_requested = _peer_info(command.body, self.remote_address)
+        log.info("CLIENT(%s): IDENTIFY Address:%s TCP:%d HTTP:%d Version:%s%s", self.remote_address,
+                 peer.broadcast_address, peer.tcp_port, peer.http_port, peer.version,
+                 " TLS:requested" if tls_requested else "")
+        offered = self.lookupd.tls_context is not None
+        self._tls_asked = lookupd_upgrades(tls_requested, offered, self.lookupd.opts.tls_required)
+        if tls_requested and not offered:
+            log.warning("CLIENT(%s): asked for TLS, which this nsqlookupd does not offer (no --tls-cert)",
+                        self.remote_address)
+        self.peer = peer
+        if not self._tls_asked:
+            self.lookupd.db.add_producer(CLIENT, peer)
+        return self._identify_answer()
+
+    def _identify_answer(self) -> bytes:
         opts = self.lookupd.opts
-        return json.dumps({"tcp_port": self.lookupd.tcp_address[1], "http_port": self.lookupd.http_address[1],
-                           "version": self.lookupd.version, "broadcast_address": opts.broadcast_address,
-                           "hostname": self.lookupd.hostname}, separators=(",", ":")).encode()
+        answer: dict[str, object] = {
+            "tcp_port": self.lookupd.tcp_address[1], "http_port": self.lookupd.http_address[1],
+            "version": self.lookupd.version, "broadcast_address": opts.broadcast_address,
+            "hostname": self.lookupd.hostname}
+        if self._tls_asked:
+            answer[TLS_V1] = True
+        return json.dumps(answer, separators=(",", ":")).encode()
 
     def _register(self, command: Command) -> bytes:
         peer = self._identified()
@@ -124,18 +192,30 @@ class ConnectionV1(asyncio.Protocol):
 _PEER_FIELDS: dict[str, type] = {
     "broadcast_address": str, "tcp_port": int, "http_port": int, "version": str, "hostname": str,
     "topology_zone": str, "topology_region": str, "external_broadcast_address": str, "external_tcp_port": int,
-    "external_http_port": int}
+    "external_http_port": int, TLS_V1: bool}
 
 
-def _peer_info(body: bytes, remote_address: str) -> PeerInfo:
-    """The IDENTIFY body as Go's json.Unmarshal fills NSQ's ``PeerInfo``; the fields lookupd needs must be set."""
+def _peer_info(body: bytes, remote_address: str) -> tuple[PeerInfo, bool]:
+    """The IDENTIFY body as Go's json.Unmarshal fills NSQ's ``PeerInfo`` (the fields lookupd needs must be set),
+    and whether it asks for TLS."""
     try:
         values = go_json.unmarshal(body, "nsqlookupd.PeerInfo", _PEER_FIELDS)
     except go_json.GoJSONError:
         raise FatalClientError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
     if not values["broadcast_address"] or not values["tcp_port"] or not values["http_port"] or not values["version"]:
         raise FatalClientError("E_BAD_BODY", "IDENTIFY missing fields")
-    return PeerInfo(id=remote_address, remote_address=remote_address, last_update=time.time(), **values)
+    tls_requested = values.pop(TLS_V1)
+    return PeerInfo(id=remote_address, remote_address=remote_address, last_update=time.time(), **values), \
+        tls_requested
+
+
+def _describe_tls(ssl_object: ssl.SSLObject | None) -> str:
+    """The version and cipher a connection negotiated, and whether the nsqd's certificate was verified."""
+    if ssl_object is None:
+        return ""
+    cipher = ssl_object.cipher()
+    verified = ", client certificate verified" if ssl_object.getpeercert() else ""
+    return f"{ssl_object.version()} {cipher[0] if cipher else ''}{verified}"
 
 
 def _topic_and_channel(command: str, args: list[bytes]) -> tuple[str, str]:

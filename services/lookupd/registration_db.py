@@ -39,6 +39,7 @@ class PeerInfo:
     external_tcp_port: int = 0
     external_http_port: int = 0
     last_update: float = 0.0  # unix seconds
+    tls: bool = False  # registered over TLS (not in NSQ's JSON)
 
     def json(self, external: bool = False) -> dict[str, Any]:
         """NSQ's producer shape; ``external``: with the addresses given for clients outside the nsqd's network,

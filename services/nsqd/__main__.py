@@ -5,12 +5,12 @@ from __future__ import annotations
 import gc
 
 from shared.program import run
+from shared.tls import TLSConfigError
 from shared.version import version_line
 
 from .metadata import MetadataError
 from .nsqd import NSQD
 from .options import Options
-from .tls import TLSConfigError
 
 
 def _settle() -> None:

@@ -12,6 +12,10 @@ its next PING).
 What to register is a set, ``{(topic, "")} | {(topic, channel)}``, recomputed from nsqd's topics whenever they
 change; a peer sends the difference between that and what it registered on its current connection.
 
+With ``--lookupd-tls-root-ca-file`` a peer asks for TLS in IDENTIFY and goes on only over TLS, the lookupd's
+certificate verified (``shared.protocol.lookup_v1`` says why the upgrade follows IDENTIFY): a lookupd that does not
+agree, NSQ's among them, or a failed handshake counts as a failed connection, logged and tried again later.
+
 A peer also reads its lookupd's HTTP API (at the address the lookupd gave in IDENTIFY), on one session kept until
 the peer stops: ``channels_in_cluster`` asks every peer for a new topic's channels, which nsqd creates before the
 topic starts.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from shared.addresses import join_host_port, split_host_port
 from shared.cluster_info import ClusterInfo, ClusterInfoError
 from shared.log_format import describe
-from shared.protocol.lookup_v1 import MAGIC_V1
+from shared.protocol.lookup_v1 import MAGIC_V1, TLS_V1, lookupd_agreed
 
 if TYPE_CHECKING:
     from .topic import Topic
@@ -65,9 +70,14 @@ class LookupdError(Exception):
 
 class LookupPeer:
     def __init__(self, address: str, identity: Callable[[], dict[str, Any]],
-                 wanted: Callable[[], set[Registration]], ping_interval: float = PING_INTERVAL) -> None:
+                 wanted: Callable[[], set[Registration]], ping_interval: float = PING_INTERVAL,
+                 tls: ssl.SSLContext | None = None, tls_server_name: str = "") -> None:
+        """``tls``: register over TLS only, the lookupd's certificate verified for ``tls_server_name`` (the host
+        of ``address`` when empty)."""
         self.address = address
         self.ping_interval = ping_interval
+        self._tls = tls
+        self._tls_server_name = tls_server_name
         self._identity = identity
         self._wanted = wanted
         self._changed = asyncio.Event()
@@ -137,11 +147,41 @@ class LookupPeer:
         self._reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
         self._writer = writer
         writer.write(MAGIC_V1)
-        body = json.dumps(self._identity()).encode()
+        identity = {**self._identity(), TLS_V1: True} if self._tls is not None else self._identity()
+        body = json.dumps(identity).encode()
         reply = await self._command(b"IDENTIFY\n" + _SIZE.pack(len(body)) + body)
-        self.info = json.loads(reply)
+        info = json.loads(reply)
+        if self._tls is not None:
+            await self._start_tls(writer, self._tls, info, self._tls_server_name or host)
+        self.info = info
         log.info("LOOKUPD(%s): peer info %s", self.address, self.info)
         self._registered = set()
+
+    async def _start_tls(self, writer: asyncio.StreamWriter, context: ssl.SSLContext, info: dict[str, Any],
+                         server_name: str) -> None:
+        if not lookupd_agreed(info):
+            raise LookupdError("lookupd did not agree to TLS (its IDENTIFY answer has no tls_v1: NSQ's "
+                               "nsqlookupd, or one without --tls-cert); with --lookupd-tls-root-ca-file nsqd "
+                               "registers over TLS only")
+        try:
+            await asyncio.wait_for(writer.start_tls(context, server_hostname=server_name), CONNECT_TIMEOUT)
+        except ssl.SSLError as error:
+            raise LookupdError(f"TLS handshake failed - {error}") from error
+        await self._confirm_tls(writer)
+
+    async def _confirm_tls(self, writer: asyncio.StreamWriter) -> None:
+        # lookupd's OK after the handshake: with TLS 1.3 a refused certificate shows only here, and counts as a
+        # failed connection (tried again with a growing delay), not as a lookupd gone once registered
+        try:
+            confirmation = await self._response()
+        except (OSError, asyncio.IncompleteReadError) as error:
+            detail = "" if isinstance(error, asyncio.IncompleteReadError) else f" ({describe(error)})"
+            raise LookupdError(f"lookupd closed the connection after the TLS handshake{detail}: does it want a "
+                               f"client certificate it trusts (--lookupd-tls-cert)?") from error
+        if confirmation != b"OK":
+            raise LookupdError(f"lookupd answered the TLS handshake with {confirmation!r} instead of OK")
+        ssl_object = writer.get_extra_info("ssl_object")
+        log.info("LOOKUPD(%s): TLS %s %s", self.address, ssl_object.version(), (ssl_object.cipher() or ("",))[0])
 
     async def _serve(self) -> None:
         assert self._reader is not None
@@ -181,6 +221,10 @@ class LookupPeer:
         assert self._reader is not None and self._writer is not None
         self._writer.write(data)
         await self._writer.drain()
+        return await self._response()
+
+    async def _response(self) -> bytes:
+        assert self._reader is not None
         header = await asyncio.wait_for(self._reader.readexactly(4), CONNECT_TIMEOUT)
         (size,) = _SIZE.unpack(header)
         reply = await asyncio.wait_for(self._reader.readexactly(size), CONNECT_TIMEOUT)

@@ -65,6 +65,8 @@ class NSQD:
         self.https_address: tuple[str, int] = ("", 0)
         # the certificate clients upgrade to after IDENTIFY, and HTTPS serves
         self.tls_context = tls.server_context(opts)
+        # how nsqd verifies its lookupds; None: it registers in plain, as NSQ
+        self.lookupd_tls_context = tls.lookupd_context(opts)
         self.auth_client = _auth_client(opts) if opts.auth_http_addresses else None
         self._tcp_context = ListenerContext(opts, identify.defaults(opts), self.tls_context, self.auth_client,
                                             EndOfTurnFlush(), BusyPoll())
@@ -234,7 +236,8 @@ class NSQD:
             if address not in self.lookup_peers:
                 from .lookup_peer import LookupPeer, registrations  # only for an nsqd that knows lookupds
 
-                peer = LookupPeer(address, self._lookupd_identity, lambda: registrations(self.topics))
+                peer = LookupPeer(address, self._lookupd_identity, lambda: registrations(self.topics),
+                                  tls=self.lookupd_tls_context, tls_server_name=self.opts.lookupd_tls_server_name)
                 self.lookup_peers[address] = peer
                 peer.start()
 

@@ -114,6 +114,13 @@ class Options(ProgramOptions):
     tls_required: str = option("false", "require TLS for client connections (true, false, tcp-https)")
     tls_min_version: str = option("tls1.0", "minimum SSL/TLS version acceptable ('tls1.0', 'tls1.1', "
                                             "'tls1.2' or 'tls1.3')")
+    # between nsqd and its lookupds (beyond NSQ, where that is always plain): TLS when a CA file is given
+    lookupd_tls_root_ca_file: str = option("", "path to certificate authority file lookupds' certificates are "
+                                               "verified with: nsqd then registers over TLS only")
+    lookupd_tls_cert: str = option("", "path to certificate file nsqd presents to lookupds over TLS")
+    lookupd_tls_key: str = option("", "path to key file of --lookupd-tls-cert")
+    lookupd_tls_server_name: str = option("", "name lookupds' certificates must carry (default: the host of each "
+                                              "--lookupd-tcp-address)")
     deflate: bool = option(True, "enable deflate feature negotiation (client compression)")
     max_deflate_level: int = option(6, "max deflate compression level a client can negotiate (> values == > "
                                        "nsqd CPU usage)")
@@ -142,6 +149,7 @@ class Options(ProgramOptions):
             self.tls_required = "true"  # as NSQ: asking for client certificates means TLS is required
         if self.tls_required != "false" and not (self.tls_cert and self.tls_key):
             raise FlagError("cannot require TLS client connections without TLS key and cert")
+        self._validate_lookupd_tls()
         if self.mem_queue_size < 0:
             raise FlagError("--mem-queue-size must be >= 0")
         if not 0 <= self.max_attempts <= 65535:
@@ -160,6 +168,13 @@ class Options(ProgramOptions):
                 raise FlagError(f"--{name.replace('_', '-')} must be > 0")
         if self.queue_scan_interval <= 0 or self.queue_scan_refresh_interval <= 0:
             raise FlagError("--queue-scan-interval and --queue-scan-refresh-interval must be > 0")
+
+    def _validate_lookupd_tls(self) -> None:
+        if bool(self.lookupd_tls_cert) != bool(self.lookupd_tls_key):
+            raise FlagError("--lookupd-tls-cert and --lookupd-tls-key must be given together")
+        if (self.lookupd_tls_cert or self.lookupd_tls_server_name) and not self.lookupd_tls_root_ca_file:
+            raise FlagError("--lookupd-tls-cert, --lookupd-tls-key and --lookupd-tls-server-name need "
+                            "--lookupd-tls-root-ca-file")
 
     @property
     def client_timeout(self) -> float:

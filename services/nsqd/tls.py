@@ -1,46 +1,36 @@
-"""nsqd's TLS settings as an ``ssl.SSLContext``: the certificate clients upgrade to after IDENTIFY (and the HTTPS
-listener serves), the oldest protocol version accepted, and whether clients must present a certificate.
+"""nsqd's TLS settings as ``ssl.SSLContext``s: the certificate clients upgrade to after IDENTIFY (and the HTTPS
+listener serves), the context nsqd verifies its lookupds with, and the TLS fields of /stats.
 
-Python's ssl module cannot accept a client certificate without verifying it, so ``--tls-client-auth-policy=require``
-(Go's RequireAnyClientCert) verifies it too: against ``--tls-root-ca-file``, or the system's CAs without one.
+``--tls-client-auth-policy=require`` (Go's RequireAnyClientCert) verifies the client certificate too, as
+``require-verify`` does: see ``shared.tls``.
 """
 
 from __future__ import annotations
 
 import ssl
 
+from shared.tls import VERSION_NAMES, client_context
+from shared.tls import server_context as build_server_context
+
 from .options import Options
 
-MIN_VERSIONS = {"tls1.0": ssl.TLSVersion.TLSv1, "tls1.1": ssl.TLSVersion.TLSv1_1,
-                "tls1.2": ssl.TLSVersion.TLSv1_2, "tls1.3": ssl.TLSVersion.TLSv1_3}
-# how NSQ's /stats names the negotiated version
-VERSION_NAMES = {"TLSv1": "TLS1.0", "TLSv1.1": "TLS1.1", "TLSv1.2": "TLS1.2", "TLSv1.3": "TLS1.3"}
-
-
-class TLSConfigError(Exception):
-    """The certificate, key or CA file cannot be used."""
+# the nsqd-lookupd link is ours at both ends: no reason to accept what NSQ's clients may still need
+LOOKUPD_MIN_VERSION = "tls1.2"
 
 
 def server_context(opts: Options) -> ssl.SSLContext | None:
     """None when no certificate is configured."""
-    if not opts.tls_cert and not opts.tls_key:
+    return build_server_context(opts.tls_cert, opts.tls_key, opts.tls_root_ca_file,
+                                client_certificates=bool(opts.tls_client_auth_policy),
+                                min_version=opts.tls_min_version)
+
+
+def lookupd_context(opts: Options) -> ssl.SSLContext | None:
+    """How nsqd speaks TLS to its lookupds; None (plain, as NSQ) without ``--lookupd-tls-root-ca-file``."""
+    if not opts.lookupd_tls_root_ca_file:
         return None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    # TLS 1.0 and 1.1 need OpenSSL's lowest security level, as Go still offers them when asked to
-    if MIN_VERSIONS[opts.tls_min_version] < ssl.TLSVersion.TLSv1_2:
-        context.set_ciphers("DEFAULT:@SECLEVEL=0")
-    context.minimum_version = MIN_VERSIONS[opts.tls_min_version]
-    try:
-        context.load_cert_chain(opts.tls_cert, opts.tls_key)
-        if opts.tls_root_ca_file:
-            context.load_verify_locations(opts.tls_root_ca_file)
-        elif opts.tls_client_auth_policy:
-            context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
-    except (OSError, ssl.SSLError) as error:
-        raise TLSConfigError(f"failed to build TLS config - {error}") from None
-    if opts.tls_client_auth_policy in ("require", "require-verify"):
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
+    return client_context(opts.lookupd_tls_root_ca_file, opts.lookupd_tls_cert, opts.lookupd_tls_key,
+                          min_version=LOOKUPD_MIN_VERSION)
 
 
 def connection_stats(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> dict[str, object]:

@@ -1,11 +1,13 @@
 """nsqd's lookup peer (services/nsqd/lookup_peer.py): its PINGs against a stand-in lookupd that answers every
-command and records it, and its reconnect delays."""
+command and records it, and its reconnect delays; a peer that asks for TLS goes on only when lookupd agrees."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import struct
+from typing import Any
 
 from services.nsqd.lookup_peer import CONNECT_TIMEOUT, MAX_RECONNECT_DELAY, PING_INTERVAL, LookupPeer, reconnect_delay
 
@@ -15,6 +17,8 @@ IDENTITY = {"broadcast_address": "127.0.0.1", "tcp_port": 4150, "http_port": 415
 class StandInLookupd:
     def __init__(self) -> None:
         self.commands: list[bytes] = []
+        self.identities: list[dict[str, Any]] = []
+        self.disconnected = asyncio.Event()  # a connection ended from the peer's side
         self.server: asyncio.Server | None = None
         self.writers: list[asyncio.StreamWriter] = []
 
@@ -37,10 +41,12 @@ class StandInLookupd:
             name = line.split()[0]
             reply = b"OK"
             if name == b"IDENTIFY":
-                await reader.readexactly(struct.unpack(">i", await reader.readexactly(4))[0])
+                body = await reader.readexactly(struct.unpack(">i", await reader.readexactly(4))[0])
+                self.identities.append(json.loads(body))
                 reply = json.dumps({"broadcast_address": "127.0.0.1", "http_port": 1}).encode()
             self.commands.append(name)
             writer.write(struct.pack(">i", len(reply)) + reply)
+        self.disconnected.set()
         writer.close()
 
 
@@ -60,6 +66,21 @@ async def test_pings_keep_their_interval_while_topics_change_more_often() -> Non
         await lookupd.stop()
     assert lookupd.commands.count(b"REGISTER") == 30
     assert lookupd.commands.count(b"PING") >= 3, lookupd.commands
+
+
+async def test_a_peer_asking_for_tls_registers_nothing_with_a_lookupd_that_does_not_agree() -> None:
+    lookupd = StandInLookupd()  # answers IDENTIFY as NSQ's lookupd does: without tls_v1
+    address = await lookupd.start()
+    peer = LookupPeer(address, lambda: IDENTITY, lambda: {("orders", "")}, tls=ssl.create_default_context())
+    peer.start()
+    try:
+        await asyncio.wait_for(lookupd.disconnected.wait(), 2)  # it closes after the answer, to try again later
+    finally:
+        await peer.stop()
+        await lookupd.stop()
+    assert lookupd.identities == [{**IDENTITY, "tls_v1": True}]
+    assert lookupd.commands == [b"IDENTIFY"]
+    assert peer.info == {}
 
 
 def test_reconnect_delays_double_up_to_their_cap() -> None:
