@@ -6,82 +6,42 @@ mount the tmpfs); skipped elsewhere."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from services.nsqd.disk_queue import DiskQueue
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, encode_mpub
 from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_admin, start_nsqd, wait_for
+from tests.full_disk import (
+    BODY_SIZE,
+    DISK_MB,
+    NSQD_FLAGS,
+    body,
+    drain,
+    fill,
+    publish_until_refused,
+    tmpfs,
+    unavailable,
+)
+from tests.processes import start_admin, start_nsqd, wait_for
 from tests.wire import WireClient
-
-DISK_MB = 6
-BODY_SIZE = 1024
-BATCH = 20
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path = tmp_path / "disk"
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(path)],
-                             capture_output=True, text=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
-
-
-def body(n: int) -> bytes:
-    return (b"%08d:" % n).ljust(BODY_SIZE, b"x")
-
-
-async def publish_until_refused(nsqd: NSQDProcess, limit: int = 100_000) -> tuple[list[bytes], bytes]:
-    """MPUBs of BATCH messages until one is refused: the messages acknowledged, and the refusal."""
-    producer = await WireClient.connect(nsqd.tcp_address)
-    acknowledged: list[bytes] = []
-    try:
-        while len(acknowledged) < limit:
-            bodies = [body(len(acknowledged) + i) for i in range(BATCH)]
-            producer.send(encode_mpub(b"t", bodies))
-            frame = await producer.read_frame()
-            if frame.frame_type != FRAME_TYPE_RESPONSE:
-                assert frame.frame_type == FRAME_TYPE_ERROR
-                assert await producer.closed()  # NSQ's E_MPUB_FAILED is fatal
-                return acknowledged, frame.data
-            acknowledged += bodies
-        raise AssertionError(f"nsqd acknowledged {limit} messages of {BODY_SIZE} B on a {DISK_MB} MB disk")
-    finally:
-        await producer.close()
-
-
-async def drain(consumer: WireClient, expected: set[bytes]) -> Counter[bytes]:
-    """What the consumer receives (FINning each) until it has every one of ``expected``."""
-    received: Counter[bytes] = Counter()
-    consumer.send(b"RDY 2500\n")
-    while not expected <= received.keys():
-        message = await consumer.read_message(timeout=10)
-        received[message.body] += 1
-        consumer.send(b"FIN " + message.id + b"\n")
-    await consumer.expect_nothing(0.3)
-    return received
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    with tmpfs(tmp_path / "disk", DISK_MB) as disk:
+        yield disk
 
 
 @pytest.mark.parametrize("mem_queue_size", [0, 2000])
 async def test_a_full_disk_refuses_publishes_loses_nothing_and_recovers(small_disk: Path,
                                                                         mem_queue_size: int) -> None:
-    nsqd = start_nsqd(*FAST_SCAN, f"--mem-queue-size={mem_queue_size}", "--sync-every=1",
-                      "--max-bytes-per-file=1048576", data_path=small_disk)
+    nsqd = start_nsqd(*NSQD_FLAGS, f"--mem-queue-size={mem_queue_size}", data_path=small_disk)
     try:
         assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
         assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
@@ -92,10 +52,10 @@ async def test_a_full_disk_refuses_publishes_loses_nothing_and_recovers(small_di
         assert refusal.startswith(b"E_MPUB_FAILED MPUB failed ")
         assert len(acknowledged) >= (DISK_MB - 1) * 1024 * 1024 // (BODY_SIZE + 30)  # the disk was used
         for n in range(len(acknowledged), len(acknowledged) + 100):  # what room is left takes smaller publishes
-            status, _, answer = nsqd.http("POST", "/pub?topic=t", body(n))
+            status, _, answer = nsqd.http("POST", "/pub?topic=t", body(b"%d" % n))
             if status != 200:
                 break
-            acknowledged.append(body(n))
+            acknowledged.append(body(b"%d" % n))
         assert (status, answer) == (500, b'{"message":"INTERNAL_ERROR"}')
         status, _, answer = nsqd.http("GET", "/ping")
         assert status == 500 and answer.startswith(b"NOK - failed to write messages to t:c - ")
@@ -131,20 +91,6 @@ def test_a_write_cut_short_by_the_full_disk_leaves_nothing_behind(small_disk: Pa
     queue.put([b"after".ljust(100, b"a")])
     assert queue.read(len(payloads) + 1) == [*taken, b"after".ljust(100, b"a")]
     queue.close()
-
-
-def fill(disk: Path) -> Path:
-    """A file taking every byte left on ``disk``."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:
-        pass  # full
-    finally:
-        os.close(fd)
-    return filler
 
 
 def test_metadata_the_full_disk_refused_is_written_once_there_is_room(small_disk: Path) -> None:
