@@ -15,6 +15,9 @@ recorded write position are recovered, and a torn record at the end of the last 
 A record that cannot be read (a size out of bounds, or a file that ends mid-record) makes its whole file
 ``.bad``: renamed, logged, and reading goes on with the next file.
 
+A full disk: a put is all or nothing, so a publish the disk refuses is refused whole; a batch that passes the
+end of its file and is refused in the next (or at the roll's metadata) is taken back, records, files and all.
+
 A queue that holds what it hands out until it is finished (``hold_key``, a channel's at ``--mem-queue-size=0``)
 records the position of every record it read, under the record's key (the message ID), until ``release(key)``.
 The metadata then names the oldest record still held as the read position, and a file is deleted only once
@@ -27,7 +30,8 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from dataclasses import dataclass
+from contextlib import suppress
+from dataclasses import dataclass, replace
 from itertools import accumulate, chain, count, repeat
 from pathlib import Path
 from typing import Callable
@@ -132,12 +136,32 @@ class DiskQueue:
             self._put_records(records)
 
     def _put_records(self, records: list[bytes]) -> None:
-        """One record at a time, rolling to the next file where the current one would pass its size."""
-        for record in records:
-            if self._positions.write_pos > 0 and \
-                    self._positions.write_pos + len(record) > self._max_bytes_per_file:
-                self._roll()
-            self._write(record, 1)
+        """One record at a time, rolling to the next file where the current one would pass its size. All or
+        nothing: if the disk refuses one, the ones before it are taken back."""
+        before, unsynced = replace(self._positions), self._unsynced
+        try:
+            for record in records:
+                if self._positions.write_pos > 0 and \
+                        self._positions.write_pos + len(record) > self._max_bytes_per_file:
+                    self._roll()
+                self._write(record, 1)
+        except OSError:
+            self._take_back(before, unsynced)
+            raise
+
+    def _take_back(self, before: Positions, unsynced: int) -> None:
+        """Back to the positions ``before`` a put the disk refused part of: the files it started are deleted, the
+        one it started in is cut back. Metadata a roll wrote meanwhile names a write file that is gone: the next
+        sync replaces it, and a restart before that reads the file cut back to its end all the same."""
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
+        for number in range(before.write_file + 1, self._positions.write_file + 1):
+            self.file_path(number).unlink(missing_ok=True)
+        with suppress(FileNotFoundError):  # refused before it was made
+            os.truncate(self.file_path(before.write_file), before.write_pos)
+        self._positions = before
+        self._unsynced = unsynced + 1
 
     def _write(self, data: bytes, count: int) -> None:
         if not data:

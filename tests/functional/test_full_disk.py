@@ -93,6 +93,25 @@ def test_a_write_cut_short_by_the_full_disk_leaves_nothing_behind(small_disk: Pa
     queue.close()
 
 
+def test_a_batch_the_full_disk_takes_part_of_leaves_none_of_it_behind(small_disk: Path) -> None:
+    """A batch that passes the end of its file: the first records fit in the room the last page of the file has
+    left, then the next file (or the metadata written at the roll) finds no space. None of the batch stays: a
+    publish the disk refused is refused whole."""
+    queue = DiskQueue("q", small_disk, max_bytes_per_file=4096, max_msg_size=1 << 20, sync_every=1)
+    first = body(b"first", 1000)
+    queue.put([first])
+    filler = fill(small_disk)
+    with pytest.raises(OSError):
+        queue.put([body(b"%d" % n, 1000) for n in range(20)])
+    assert queue.depth == 1
+    filler.unlink()
+    queue.put([body(b"after", 1000)])
+    queue.close()
+    restarted = DiskQueue("q", small_disk, max_bytes_per_file=4096, max_msg_size=1 << 20, sync_every=1)
+    assert restarted.read(30) == [first, body(b"after", 1000)]
+    restarted.close()
+
+
 def test_metadata_the_full_disk_refused_is_written_once_there_is_room(small_disk: Path) -> None:
     nsqd = start_nsqd(*FAST_SCAN, data_path=small_disk)
     try:
