@@ -17,6 +17,8 @@ A record that cannot be read (a size out of bounds, or a file that ends mid-reco
 
 A full disk: a put is all or nothing, so a publish the disk refuses is refused whole; a batch that passes the
 end of its file and is refused in the next (or at the roll's metadata) is taken back, records, files and all.
+Files done are deleted even when the disk has no room for the metadata that should stop naming them first (kept,
+they would keep a full disk full); a restart goes on past a file the metadata names that is gone.
 
 A queue that holds what it hands out until it is finished (``hold_key``, a channel's at ``--mem-queue-size=0``)
 records the position of every record it read, under the record's key (the message ID), until ``release(key)``.
@@ -290,11 +292,13 @@ class DiskQueue:
 
     def _bad_read_file(self) -> None:
         path = self.file_path(self._positions.read_file)
-        log.error("DISKQUEUE(%s): corrupt or truncated data in %s at %d, renaming it %s.bad and going on with "
-                  "the next file", self.name, path.name, self._positions.read_pos, path.name)
         self._close_reader()
         if path.exists():
+            log.error("DISKQUEUE(%s): corrupt or truncated data in %s at %d, renaming it %s.bad and going on with "
+                      "the next file", self.name, path.name, self._positions.read_pos, path.name)
             os.replace(path, path.with_name(path.name + ".bad"))
+        else:  # deleted once done, before the metadata was written again (a full disk)
+            log.warning("DISKQUEUE(%s): %s is gone; going on with the next file", self.name, path.name)
         if self._positions.read_file == self._positions.write_file:
             self.release_files()
             self._positions.write_file += 1
@@ -330,9 +334,17 @@ class DiskQueue:
                 if fd is not None:
                     os.close(fd)
             if not self._deleted:
-                _write_meta(self.meta_path, snapshot)
-            for path in done_files:  # once the metadata no longer names them
-                path.unlink(missing_ok=True)
+                try:
+                    _write_meta(self.meta_path, snapshot)
+                except OSError:
+                    if not done_files:
+                        raise
+                    # no room for the metadata, maybe: the files done go first to make some (kept until then, they
+                    # would fill a full disk for good). A restart before the metadata is written finds them gone
+                    # and goes on with the next file.
+                    _unlink(done_files)
+                    _write_meta(self.meta_path, snapshot)
+            _unlink(done_files)  # once the metadata no longer names them
 
         return run
 
@@ -497,6 +509,11 @@ class _Reader:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _unlink(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def _write_meta(path: Path, positions: Positions) -> None:

@@ -15,6 +15,7 @@ import pytest
 from services.nsqd.disk_queue import DiskQueue
 from tests.conftest import FAST_SCAN
 from tests.full_disk import (
+    BATCH,
     BODY_SIZE,
     DISK_MB,
     NSQD_FLAGS,
@@ -22,6 +23,7 @@ from tests.full_disk import (
     drain,
     fill,
     publish_until_refused,
+    take,
     tmpfs,
     unavailable,
 )
@@ -110,6 +112,30 @@ def test_a_batch_the_full_disk_takes_part_of_leaves_none_of_it_behind(small_disk
     restarted = DiskQueue("q", small_disk, max_bytes_per_file=4096, max_msg_size=1 << 20, sync_every=1)
     assert restarted.read(30) == [first, body(b"after", 1000)]
     restarted.close()
+
+
+async def test_finishing_what_a_consumer_held_frees_a_full_disk(small_disk: Path) -> None:
+    """At --mem-queue-size=0 a segment read while its messages were in flight is deleted once they are finished,
+    at the next sync. On a full disk that sync cannot write the metadata first: the segment goes all the same,
+    and publishing works again."""
+    nsqd = start_nsqd(*NSQD_FLAGS, "--mem-queue-size=0", data_path=small_disk)
+    try:
+        assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
+        consumer = await WireClient.connect(nsqd.tcp_address)
+        await consumer.subscribe("t", "c", rdy=0)
+        acknowledged, _ = await publish_until_refused(nsqd)
+        fill(small_disk)  # the last pages too, as producers that keep trying take them
+        taken = await take(consumer, 1500)  # all in flight at once, then all finished: more than a segment
+        assert taken == acknowledged[:1500]
+        after = [body(b"after%d" % n) for n in range(BATCH)]  # more than the room the last pages have left
+        wait_for(lambda: nsqd.http("POST", "/mpub?topic=t", b"\n".join(after))[0] == 200,
+                 what="a publish accepted again")
+        assert nsqd.http("GET", "/ping")[::2] == (200, b"OK")
+        received = await drain(consumer, {*acknowledged[1500:], *after})
+        assert sorted(received.elements()) == sorted([*acknowledged[1500:], *after])
+        await consumer.close()
+    finally:
+        nsqd.stop()
 
 
 def test_metadata_the_full_disk_refused_is_written_once_there_is_room(small_disk: Path) -> None:

@@ -274,3 +274,20 @@ def test_a_record_read_again_holds_its_message_in_place_of_the_older_copy(tmp_pa
     queue.sync_job()()
     # message 0's newer copy is what a restart must find: it starts after the older one
     assert (tmp_path / "t.diskqueue.meta.dat").read_text() == "1\n0,88\n0,132\n"
+
+
+def test_a_file_the_metadata_names_that_is_gone_is_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A file done is deleted before the metadata is written again when the disk has no room for the metadata:
+    killed in between, the next start finds the file it names gone and goes on with the next one."""
+    queue = make(tmp_path, max_bytes=200, holding=True)  # 44-byte records: 4 a file
+    queue.put([payload(i) for i in range(8)])
+    read_all(queue)
+    queue.sync_job()()  # the metadata names file 0, where the oldest unfinished record is
+    for n in range(4):
+        queue.release(b"%010d" % n)
+    queue.file_path(0).unlink()  # file 0 deleted, then the process killed
+    queue.release_files()
+    again = make(tmp_path, max_bytes=200, holding=True)
+    assert read_all(again) == [payload(i) for i in range(4, 8)]
+    assert "t.diskqueue.000000.dat is gone" in caplog.text
+    assert not list(tmp_path.glob("*.bad"))
