@@ -349,9 +349,12 @@ class DiskQueue:
         return run
 
     def close(self) -> None:
-        """Syncs and closes the files; the queue keeps its messages for the next start."""
-        self.sync_job()()
-        self.release_files()
+        """Syncs and closes the files (closed even if the sync fails); the queue keeps its messages for the next
+        start."""
+        try:
+            self.sync_job()()
+        finally:
+            self.release_files()
 
     def release_files(self) -> None:
         """Closes the open files without syncing (what a killed process leaves behind)."""

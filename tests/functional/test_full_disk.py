@@ -138,6 +138,35 @@ async def test_finishing_what_a_consumer_held_frees_a_full_disk(small_disk: Path
         nsqd.stop()
 
 
+async def test_nsqd_stops_cleanly_on_a_full_disk_and_keeps_what_it_acknowledged(small_disk: Path) -> None:
+    """Stopping on a full disk: the metadata nsqd cannot write is logged, as NSQ does, and it exits 0. Restarted
+    once there is room for nsqd.dat (NSQ, too, will not start without), it delivers everything it acknowledged."""
+    flags = (*NSQD_FLAGS, "--mem-queue-size=0")
+    reserve = small_disk / "reserve"
+    reserve.write_bytes(b"\0" * 65536)
+    nsqd = start_nsqd(*flags, data_path=small_disk)
+    try:
+        assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
+        assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
+        acknowledged, _ = await publish_until_refused(nsqd)
+        fill(small_disk)
+    finally:
+        exit_code = nsqd.stop()
+    assert exit_code == 0, "\n".join(nsqd.log_lines[-5:])
+    assert any("failed to persist metadata" in line for line in nsqd.log_lines)
+    assert nsqd.log_lines[-1].endswith("NSQ: bye")
+    reserve.unlink()
+    restarted = start_nsqd(*flags, data_path=small_disk)
+    try:
+        consumer = await WireClient.connect(restarted.tcp_address)
+        await consumer.subscribe("t", "c", rdy=0)
+        received = await drain(consumer, set(acknowledged))
+        assert sorted(received.elements()) == sorted(acknowledged)
+        await consumer.close()
+    finally:
+        restarted.stop()
+
+
 def test_metadata_the_full_disk_refused_is_written_once_there_is_room(small_disk: Path) -> None:
     nsqd = start_nsqd(*FAST_SCAN, data_path=small_disk)
     try:
