@@ -22,6 +22,7 @@ from tests.full_disk import (
     body,
     drain,
     fill,
+    full_disk_round,
     publish_until_refused,
     take,
     tmpfs,
@@ -75,6 +76,20 @@ async def test_a_full_disk_refuses_publishes_loses_nothing_and_recovers(small_di
         await consumer.close()
     finally:
         nsqd.stop()
+
+
+@pytest.mark.parametrize("mem_queue_size", [0, None])
+async def test_producers_on_every_route_ride_out_a_disk_filled_and_freed_again(small_disk: Path,
+                                                                              mem_queue_size: int | None) -> None:
+    """A short round of bench/full_disk.py: PUB, MPUB, /pub and /mpub all along, the disk full and freed twice
+    (at --mem-queue-size=0 and at nsqd's default)."""
+    result = await full_disk_round(small_disk, mem_queue_size, takes=[1200, 2000])
+    assert set(result.refusals) == {"PUB E_PUB_FAILED", "MPUB E_MPUB_FAILED", "/pub HTTP 500 INTERNAL_ERROR",
+                                    "/mpub HTTP 500 INTERNAL_ERROR"}
+    assert result.acknowledged > 5000 and result.received == result.acknowledged
+    assert (result.lost, result.duplicated, result.corrupted, result.refused_yet_delivered) == (0, 0, 0, 0)
+    assert len(result.publish_recovered) == len(result.ping_recovered) == 2
+    assert result.recovered_at_end and result.nsqd_running
 
 
 def test_a_write_cut_short_by_the_full_disk_leaves_nothing_behind(small_disk: Path) -> None:
