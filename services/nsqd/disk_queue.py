@@ -15,6 +15,11 @@ recorded write position are recovered, and a torn record at the end of the last 
 A record that cannot be read (a size out of bounds, or a file that ends mid-record) makes its whole file
 ``.bad``: renamed, logged, and reading goes on with the next file.
 
+A full disk: a put is all or nothing, so a publish the disk refuses is refused whole; a batch that passes the
+end of its file and is refused in the next (or at the roll's metadata) is taken back, records, files and all.
+Files done are deleted even when the disk has no room for the metadata that should stop naming them first (kept,
+they would keep a full disk full); a restart goes on past a file the metadata names that is gone.
+
 A queue that holds what it hands out until it is finished (``hold_key``, a channel's at ``--mem-queue-size=0``)
 records the position of every record it read, under the record's key (the message ID), until ``release(key)``.
 The metadata then names the oldest record still held as the read position, and a file is deleted only once
@@ -41,7 +46,8 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from dataclasses import dataclass
+from contextlib import suppress
+from dataclasses import dataclass, replace
 from itertools import accumulate, chain, count, repeat
 from pathlib import Path
 from typing import Callable
@@ -162,12 +168,32 @@ class DiskQueue:
             self._put_records(records)
 
     def _put_records(self, records: list[bytes]) -> None:
-        """One record at a time, rolling to the next file where the current one would pass its size."""
-        for record in records:
-            if self._positions.write_pos > 0 and \
-                    self._positions.write_pos + len(record) > self._max_bytes_per_file:
-                self._roll()
-            self._write(record, 1)
+        """One record at a time, rolling to the next file where the current one would pass its size. All or
+        nothing: if the disk refuses one, the ones before it are taken back."""
+        before, unsynced = replace(self._positions), self._unsynced
+        try:
+            for record in records:
+                if self._positions.write_pos > 0 and \
+                        self._positions.write_pos + len(record) > self._max_bytes_per_file:
+                    self._roll()
+                self._write(record, 1)
+        except OSError:
+            self._take_back(before, unsynced)
+            raise
+
+    def _take_back(self, before: Positions, unsynced: int) -> None:
+        """Back to the positions ``before`` a put the disk refused part of: the files it started are deleted, the
+        one it started in is cut back. Metadata a roll wrote meanwhile names a write file that is gone: the next
+        sync replaces it, and a restart before that reads the file cut back to its end all the same."""
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
+        for number in range(before.write_file + 1, self._positions.write_file + 1):
+            self.file_path(number).unlink(missing_ok=True)
+        with suppress(FileNotFoundError):  # refused before it was made
+            os.truncate(self.file_path(before.write_file), before.write_pos)
+        self._positions = before
+        self._unsynced = unsynced + 1
 
     def _write(self, data: bytes, count: int) -> None:
         if not data:
@@ -356,11 +382,13 @@ class DiskQueue:
 
     def _bad_read_file(self) -> None:
         path = self.file_path(self._positions.read_file)
-        log.error("DISKQUEUE(%s): corrupt or truncated data in %s at %d, renaming it %s.bad and going on with "
-                  "the next file", self.name, path.name, self._positions.read_pos, path.name)
         self._close_reader()
         if path.exists():
+            log.error("DISKQUEUE(%s): corrupt or truncated data in %s at %d, renaming it %s.bad and going on with "
+                      "the next file", self.name, path.name, self._positions.read_pos, path.name)
             os.replace(path, path.with_name(path.name + ".bad"))
+        else:  # deleted once done, before the metadata was written again (a full disk)
+            log.warning("DISKQUEUE(%s): %s is gone; going on with the next file", self.name, path.name)
         if self._positions.read_file == self._positions.write_file:
             self.release_files()
             self._positions.write_file += 1
@@ -397,16 +425,27 @@ class DiskQueue:
                 if fd is not None:
                     os.close(fd)
             if not self._deleted:
-                _write_meta(self.meta_path, snapshot)
-            for path in done_files:  # once the metadata no longer names them
-                path.unlink(missing_ok=True)
+                try:
+                    _write_meta(self.meta_path, snapshot)
+                except OSError:
+                    if not done_files:
+                        raise
+                    # no room for the metadata, maybe: the files done go first to make some (kept until then, they
+                    # would fill a full disk for good). A restart before the metadata is written finds them gone
+                    # and goes on with the next file.
+                    _unlink(done_files)
+                    _write_meta(self.meta_path, snapshot)
+            _unlink(done_files)  # once the metadata no longer names them
 
         return run
 
     def close(self) -> None:
-        """Syncs and closes the files; the queue keeps its messages for the next start."""
-        self.sync_job()()
-        self.release_files()
+        """Syncs and closes the files (closed even if the sync fails); the queue keeps its messages for the next
+        start."""
+        try:
+            self.sync_job()()
+        finally:
+            self.release_files()
 
     def release_files(self) -> None:
         """Closes the open files without syncing (what a killed process leaves behind)."""
@@ -603,6 +642,11 @@ def _write_whole(fd: int, data: bytes, start: int) -> None:
 
 def _deferred_records(messages: list[tuple[int, bytes]]) -> bytes:
     return b"".join(_DEFERRED.pack(due, len(payload)) + payload for due, payload in messages)
+
+
+def _unlink(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def _write_meta(path: Path, positions: Positions) -> None:

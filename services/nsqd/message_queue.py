@@ -288,7 +288,10 @@ class MessageQueue:
             self.backend.release_all()  # all safe in their new copies
         except OSError as error:
             log.error("failed to flush the messages of %s to disk - %s", self.backend.name, error)
-        self.backend.close()
+        try:
+            self.backend.close()
+        except OSError as error:  # its files are closed all the same; a restart trusts them over the metadata
+            log.error("failed to sync %s - %s", self.backend.name, error)
 
 
 class Storage:

@@ -148,7 +148,10 @@ class NSQD:
         if self.auth_client is not None:
             await self.auth_client.close()
         if self._data_path_lock.held:
-            metadata.save(self.data_path, metadata.snapshot(self.topics))
+            try:
+                metadata.save(self.data_path, metadata.snapshot(self.topics))
+            except OSError as error:  # a full disk: the previous nsqd.dat stays, as NSQ's Exit does
+                log.error("failed to persist metadata - %s", error)
             self._data_path_lock.release()
         log.info("NSQ: bye")
 

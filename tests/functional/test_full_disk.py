@@ -6,82 +6,45 @@ mount the tmpfs); skipped elsewhere."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from services.nsqd.disk_queue import DiskQueue
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, encode_mpub
 from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_admin, start_nsqd, wait_for
+from tests.full_disk import (
+    BATCH,
+    BODY_SIZE,
+    DISK_MB,
+    NSQD_FLAGS,
+    body,
+    drain,
+    fill,
+    full_disk_round,
+    publish_until_refused,
+    take,
+    tmpfs,
+    unavailable,
+)
+from tests.processes import start_admin, start_nsqd, wait_for
 from tests.wire import WireClient
-
-DISK_MB = 6
-BODY_SIZE = 1024
-BATCH = 20
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path = tmp_path / "disk"
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(path)],
-                             capture_output=True, text=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
-
-
-def body(n: int) -> bytes:
-    return (b"%08d:" % n).ljust(BODY_SIZE, b"x")
-
-
-async def publish_until_refused(nsqd: NSQDProcess, limit: int = 100_000) -> tuple[list[bytes], bytes]:
-    """MPUBs of BATCH messages until one is refused: the messages acknowledged, and the refusal."""
-    producer = await WireClient.connect(nsqd.tcp_address)
-    acknowledged: list[bytes] = []
-    try:
-        while len(acknowledged) < limit:
-            bodies = [body(len(acknowledged) + i) for i in range(BATCH)]
-            producer.send(encode_mpub(b"t", bodies))
-            frame = await producer.read_frame()
-            if frame.frame_type != FRAME_TYPE_RESPONSE:
-                assert frame.frame_type == FRAME_TYPE_ERROR
-                assert await producer.closed()  # NSQ's E_MPUB_FAILED is fatal
-                return acknowledged, frame.data
-            acknowledged += bodies
-        raise AssertionError(f"nsqd acknowledged {limit} messages of {BODY_SIZE} B on a {DISK_MB} MB disk")
-    finally:
-        await producer.close()
-
-
-async def drain(consumer: WireClient, expected: set[bytes]) -> Counter[bytes]:
-    """What the consumer receives (FINning each) until it has every one of ``expected``."""
-    received: Counter[bytes] = Counter()
-    consumer.send(b"RDY 2500\n")
-    while not expected <= received.keys():
-        message = await consumer.read_message(timeout=10)
-        received[message.body] += 1
-        consumer.send(b"FIN " + message.id + b"\n")
-    await consumer.expect_nothing(0.3)
-    return received
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    with tmpfs(tmp_path / "disk", DISK_MB) as disk:
+        yield disk
 
 
 @pytest.mark.parametrize("mem_queue_size", [0, 2000])
 async def test_a_full_disk_refuses_publishes_loses_nothing_and_recovers(small_disk: Path,
                                                                         mem_queue_size: int) -> None:
-    nsqd = start_nsqd(*FAST_SCAN, f"--mem-queue-size={mem_queue_size}", "--sync-every=1",
-                      "--max-bytes-per-file=1048576", data_path=small_disk)
+    nsqd = start_nsqd(*NSQD_FLAGS, f"--mem-queue-size={mem_queue_size}", data_path=small_disk)
     try:
         assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
         assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
@@ -92,10 +55,10 @@ async def test_a_full_disk_refuses_publishes_loses_nothing_and_recovers(small_di
         assert refusal.startswith(b"E_MPUB_FAILED MPUB failed ")
         assert len(acknowledged) >= (DISK_MB - 1) * 1024 * 1024 // (BODY_SIZE + 30)  # the disk was used
         for n in range(len(acknowledged), len(acknowledged) + 100):  # what room is left takes smaller publishes
-            status, _, answer = nsqd.http("POST", "/pub?topic=t", body(n))
+            status, _, answer = nsqd.http("POST", "/pub?topic=t", body(b"%d" % n))
             if status != 200:
                 break
-            acknowledged.append(body(n))
+            acknowledged.append(body(b"%d" % n))
         assert (status, answer) == (500, b'{"message":"INTERNAL_ERROR"}')
         status, _, answer = nsqd.http("GET", "/ping")
         assert status == 500 and answer.startswith(b"NOK - failed to write messages to t:c - ")
@@ -113,6 +76,20 @@ async def test_a_full_disk_refuses_publishes_loses_nothing_and_recovers(small_di
         await consumer.close()
     finally:
         nsqd.stop()
+
+
+@pytest.mark.parametrize("mem_queue_size", [0, None])
+async def test_producers_on_every_route_ride_out_a_disk_filled_and_freed_again(small_disk: Path,
+                                                                              mem_queue_size: int | None) -> None:
+    """A short round of bench/full_disk.py: PUB, MPUB, /pub and /mpub all along, the disk full and freed twice
+    (at --mem-queue-size=0 and at nsqd's default)."""
+    result = await full_disk_round(small_disk, mem_queue_size, takes=[1200, 2000])
+    assert set(result.refusals) == {"PUB E_PUB_FAILED", "MPUB E_MPUB_FAILED", "/pub HTTP 500 INTERNAL_ERROR",
+                                    "/mpub HTTP 500 INTERNAL_ERROR"}
+    assert result.acknowledged > 5000 and result.received == result.acknowledged
+    assert (result.lost, result.duplicated, result.corrupted, result.refused_yet_delivered) == (0, 0, 0, 0)
+    assert len(result.publish_recovered) == len(result.ping_recovered) == 2
+    assert result.recovered_at_end and result.nsqd_running
 
 
 def test_a_write_cut_short_by_the_full_disk_leaves_nothing_behind(small_disk: Path) -> None:
@@ -133,18 +110,76 @@ def test_a_write_cut_short_by_the_full_disk_leaves_nothing_behind(small_disk: Pa
     queue.close()
 
 
-def fill(disk: Path) -> Path:
-    """A file taking every byte left on ``disk``."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+def test_a_batch_the_full_disk_takes_part_of_leaves_none_of_it_behind(small_disk: Path) -> None:
+    """A batch that passes the end of its file: the first records fit in the room the last page of the file has
+    left, then the next file (or the metadata written at the roll) finds no space. None of the batch stays: a
+    publish the disk refused is refused whole."""
+    queue = DiskQueue("q", small_disk, max_bytes_per_file=4096, max_msg_size=1 << 20, sync_every=1)
+    first = body(b"first", 1000)
+    queue.put([first])
+    filler = fill(small_disk)
+    with pytest.raises(OSError):
+        queue.put([body(b"%d" % n, 1000) for n in range(20)])
+    assert queue.depth == 1
+    filler.unlink()
+    queue.put([body(b"after", 1000)])
+    queue.close()
+    restarted = DiskQueue("q", small_disk, max_bytes_per_file=4096, max_msg_size=1 << 20, sync_every=1)
+    assert restarted.read(30) == [first, body(b"after", 1000)]
+    restarted.close()
+
+
+async def test_finishing_what_a_consumer_held_frees_a_full_disk(small_disk: Path) -> None:
+    """At --mem-queue-size=0 a segment read while its messages were in flight is deleted once they are finished,
+    at the next sync. On a full disk that sync cannot write the metadata first: the segment goes all the same,
+    and publishing works again."""
+    nsqd = start_nsqd(*NSQD_FLAGS, "--mem-queue-size=0", data_path=small_disk)
     try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:
-        pass  # full
+        assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
+        consumer = await WireClient.connect(nsqd.tcp_address)
+        await consumer.subscribe("t", "c", rdy=0)
+        acknowledged, _ = await publish_until_refused(nsqd)
+        fill(small_disk)  # the last pages too, as producers that keep trying take them
+        taken = await take(consumer, 1500)  # all in flight at once, then all finished: more than a segment
+        assert taken == acknowledged[:1500]
+        after = [body(b"after%d" % n) for n in range(BATCH)]  # more than the room the last pages have left
+        wait_for(lambda: nsqd.http("POST", "/mpub?topic=t", b"\n".join(after))[0] == 200,
+                 what="a publish accepted again")
+        assert nsqd.http("GET", "/ping")[::2] == (200, b"OK")
+        received = await drain(consumer, {*acknowledged[1500:], *after})
+        assert sorted(received.elements()) == sorted([*acknowledged[1500:], *after])
+        await consumer.close()
     finally:
-        os.close(fd)
-    return filler
+        nsqd.stop()
+
+
+async def test_nsqd_stops_cleanly_on_a_full_disk_and_keeps_what_it_acknowledged(small_disk: Path) -> None:
+    """Stopping on a full disk: the metadata nsqd cannot write is logged, as NSQ does, and it exits 0. Restarted
+    once there is room for nsqd.dat (NSQ, too, will not start without), it delivers everything it acknowledged."""
+    flags = (*NSQD_FLAGS, "--mem-queue-size=0")
+    reserve = small_disk / "reserve"
+    reserve.write_bytes(b"\0" * 65536)
+    nsqd = start_nsqd(*flags, data_path=small_disk)
+    try:
+        assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
+        assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
+        acknowledged, _ = await publish_until_refused(nsqd)
+        fill(small_disk)
+    finally:
+        exit_code = nsqd.stop()
+    assert exit_code == 0, "\n".join(nsqd.log_lines[-5:])
+    assert any("failed to persist metadata" in line for line in nsqd.log_lines)
+    assert nsqd.log_lines[-1].endswith("NSQ: bye")
+    reserve.unlink()
+    restarted = start_nsqd(*flags, data_path=small_disk)
+    try:
+        consumer = await WireClient.connect(restarted.tcp_address)
+        await consumer.subscribe("t", "c", rdy=0)
+        received = await drain(consumer, set(acknowledged))
+        assert sorted(received.elements()) == sorted(acknowledged)
+        await consumer.close()
+    finally:
+        restarted.stop()
 
 
 def test_metadata_the_full_disk_refused_is_written_once_there_is_room(small_disk: Path) -> None:

@@ -411,3 +411,20 @@ def test_a_peek_skips_what_cannot_be_read_and_renames_nothing(tmp_path: Path) ->
     middle.write_bytes(bytes(data))
     assert queue.peek_job(100)() == [payload(i) for i in (0, 1, 2, 3, 4, 8, 9, 10, 11)]  # as a read would
     assert middle.exists() and not middle.with_name(middle.name + ".bad").exists()
+
+
+def test_a_file_the_metadata_names_that_is_gone_is_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A file done is deleted before the metadata is written again when the disk has no room for the metadata:
+    killed in between, the next start finds the file it names gone and goes on with the next one."""
+    queue = make(tmp_path, max_bytes=200, holding=True)  # 44-byte records: 4 a file
+    queue.put([payload(i) for i in range(8)])
+    read_all(queue)
+    queue.sync_job()()  # the metadata names file 0, where the oldest unfinished record is
+    for n in range(4):
+        queue.release(b"%010d" % n)
+    queue.file_path(0).unlink()  # file 0 deleted, then the process killed
+    queue.release_files()
+    again = make(tmp_path, max_bytes=200, holding=True)
+    assert read_all(again) == [payload(i) for i in range(4, 8)]
+    assert "t.diskqueue.000000.dat is gone" in caplog.text
+    assert not list(tmp_path.glob("*.bad"))
