@@ -202,3 +202,20 @@ def test_a_batch_delivery_leaves_out_what_is_past_the_ttl() -> None:
     channel.put_new([entry(1), old, entry(3)])
     _, transport = subscribe(channel, ready=10)
     assert [m.body for m in transport.messages()] == [b"body1", b"body3"] and channel.expired_count == 1
+
+
+def test_a_message_delivered_max_attempts_times_is_parked_then_replayed_with_attempts_reset() -> None:
+    channel, _ = make_channel(max_attempts=2)
+    client, transport = subscribe(channel, ready=1)
+    channel.put(entry(1))
+    for attempts in (1, 2):
+        msg = transport.messages()[0]
+        assert msg.attempts == attempts
+        channel.requeue(client, msg.id, 0)
+        channel.update_ready(client)
+    assert transport.messages() == []  # a third delivery would pass the limit
+    assert (channel.dead_letter_count, len(channel.dead_letters), channel.depth) == (1, 1, 0)
+    channel.set_max_attempts(0)  # the channel's own: none
+    assert channel.replay(10) == 1 and len(channel.dead_letters) == 0
+    assert transport.messages()[0].attempts == 1
+    assert channel.stats(False, time.monotonic())["dead_letter_count"] == 1
