@@ -3,8 +3,10 @@
 Input is nsqd's ``/stats?format=json`` and the producers of lookupd's ``/nodes`` and ``/lookup`` answers, NSQ's or
 ours (the same shapes), as ``shared.cluster_info`` reads them. Output is the shape of nsqadmin's ``/api/...``
 answers: per-node rows carry ``node`` (the nsqd's ``broadcast_address:http_port``) and ``hostname``; aggregates
-carry ``"node": "*"`` and the per-node rows they sum under ``nodes``. Nothing here does I/O, so every rule is
-tested from canned answers.
+carry ``"node": "*"`` and the per-node rows they sum under ``nodes``. Beyond nsqadmin, what our nsqd reports only
+while a feature is in use (a topic's ``ttl`` and ``dropped_count``; a channel's ``expired_count``, ``max_attempts``,
+``dead_letter_count``, ``dead_letter_depth`` and ``dropped_count``) is carried when some node has it, so that without
+those features every answer is nsqadmin's. Nothing here does I/O, so every rule is tested from canned answers.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ _CHANNEL_SUMS = ("depth", "memory_depth", "backend_depth", "in_flight_count", "d
                  "timeout_count", "message_count", "delivery_msg_count", "zone_local_msg_count",
                  "region_local_msg_count", "global_msg_count", "client_count")
 _LOCALITY_COUNTS = ("zone_local_msg_count", "region_local_msg_count", "global_msg_count")
+# beyond NSQ: nsqd reports these only while the feature behind them is in use (a TTL, an attempts limit or dead
+# letters, --max-bytes-per-queue), so they are carried only when a node has them: counts summed, settings as
+# (key, what a node without it has)
+_TOPIC_EXTRA_SUMS = ("dropped_count",)
+_TOPIC_SETTINGS = (("ttl", "0s"),)
+_CHANNEL_EXTRA_SUMS = ("expired_count", "dead_letter_count", "dead_letter_depth", "dropped_count")
+_CHANNEL_SETTINGS = (("max_attempts", 0),)
 _CLIENT_FIELDS = ("remote_address", "version", "client_id", "hostname", "user_agent", "connect_ts")
 _CLIENT_COUNTS = ("in_flight_count", "ready_count", "finish_count", "requeue_count", "message_count", "sample_rate")
 _CLIENT_FLAGS = ("deflate", "snappy", "authed")
@@ -44,7 +53,8 @@ def _node_topic(node: str, hostname: str, topic: Json, now: float) -> Json:
     return {"node": node, "hostname": hostname, "topic_name": name, **_depths(topic),
             "message_count": topic.get("message_count", 0), "delivery_msg_count": 0, "nodes": None,
             "channels": channels, "paused": bool(topic.get("paused")),
-            "e2e_processing_latency": _node_e2e(topic.get("e2e_processing_latency"))}
+            "e2e_processing_latency": _node_e2e(topic.get("e2e_processing_latency")),
+            **_carried(topic, _TOPIC_EXTRA_SUMS, _TOPIC_SETTINGS)}
 
 
 def _node_channel(node: str, hostname: str, topic_name: str, channel: Json, now: float) -> Json:
@@ -61,7 +71,12 @@ def _node_channel(node: str, hostname: str, topic_name: str, channel: Json, now:
     row.update({"nodes": None, "paused": bool(channel.get("paused")),
                 "clients": None if clients is None else [_client(node, client, now) for client in clients],
                 "e2e_processing_latency": _node_e2e(channel.get("e2e_processing_latency"))})
+    row.update(_carried(channel, _CHANNEL_EXTRA_SUMS, _CHANNEL_SETTINGS))
     return row
+
+
+def _carried(stats: Json, sums: tuple[str, ...], settings: tuple[tuple[str, Any], ...]) -> Json:
+    return {key: stats[key] for key in (*sums, *(key for key, _ in settings)) if key in stats}
 
 
 def _depths(stats: Json) -> Json:
@@ -106,7 +121,8 @@ def aggregate_topic(topic_name: str, node_rows: Iterable[Json]) -> Json:
                   "channels": [aggregate_channel(topic_name, name, by_channel[name]) for name in sorted(by_channel)],
                   "paused": any(row["paused"] for row in rows),
                   "e2e_processing_latency": aggregate_e2e(
-                      [row["e2e_processing_latency"] for row in rows], topic_name, "")})
+                      [row["e2e_processing_latency"] for row in rows], topic_name, ""),
+                  **_extras(rows, _TOPIC_EXTRA_SUMS, _TOPIC_SETTINGS)})
     return total
 
 
@@ -125,7 +141,19 @@ def aggregate_channel(topic_name: str, channel_name: str, node_rows: Iterable[Js
                   else None,
                   "paused": any(row["paused"] for row in rows),
                   "e2e_processing_latency": aggregate_e2e(
-                      [row["e2e_processing_latency"] for row in rows], topic_name, channel_name)})
+                      [row["e2e_processing_latency"] for row in rows], topic_name, channel_name),
+                  **_extras(rows, _CHANNEL_EXTRA_SUMS, _CHANNEL_SETTINGS)})
+    return total
+
+
+def _extras(rows: list[Json], sums: tuple[str, ...], settings: tuple[tuple[str, Any], ...]) -> Json:
+    """The fields beyond NSQ that some node has: counts summed; a setting the value every node shares (a node
+    without it has none), or None where they differ (each node's is in its row)."""
+    total: Json = {key: sum(row.get(key, 0) for row in rows) for key in sums if any(key in row for row in rows)}
+    for key, unset in settings:
+        if any(key in row for row in rows):
+            values = {row.get(key, unset) for row in rows}
+            total[key] = values.pop() if len(values) == 1 else None
     return total
 
 

@@ -139,3 +139,60 @@ def test_node_row_from_nsqd_given_directly() -> None:
     assert row["topics"] == [{"topic": "sample_topic", "tombstoned": False}]
     assert row["version"] == "1.3.0"
     assert isinstance(row["http_port"], int)
+
+
+# --- beyond NSQ: the counters and settings our nsqd reports only while a feature is in use -----------------------
+
+EXTRA_TOPIC_KEYS = {"ttl", "dropped_count"}
+EXTRA_CHANNEL_KEYS = {"expired_count", "max_attempts", "dead_letter_count", "dead_letter_depth", "dropped_count"}
+
+
+def two_of_ours(node_a: dict[str, Any] | None = None, node_b: dict[str, Any] | None = None,
+                billing_a: dict[str, Any] | None = None, billing_b: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Our nsqd's sample /stats on two nodes, with fields added to each topic and to each billing channel."""
+    rows = []
+    for node, topic_fields, billing_fields in ((NODE_A, node_a, billing_a), (NODE_B, node_b, billing_b)):
+        stats = load("ours_nsqd_stats.json")
+        [topic] = stats["topics"]
+        topic.update(topic_fields or {})
+        topic["channels"][1].update(billing_fields or {})
+        rows += aggregation.node_topics(node, "vm", stats, stats["start_time"] + 5)
+    return aggregation.aggregate_topic("orders", rows)
+
+
+def test_without_the_features_nothing_beyond_nsqadmin_is_added() -> None:
+    topic = two_of_ours()
+    theirs_topic, theirs_channel = load("nsqadmin_api_topic.json"), load("nsqadmin_api_channel.json")
+    assert set(topic) == set(theirs_topic) - {"message"}
+    assert {key for row in topic["nodes"] for key in row} == {key for row in theirs_topic["nodes"] for key in row}
+    for channel in topic["channels"]:
+        assert not EXTRA_CHANNEL_KEYS & set(channel)
+        assert set(channel) <= set(theirs_channel) | {"zone_local_msg_count", "region_local_msg_count"}
+        assert not any(EXTRA_CHANNEL_KEYS & set(row) for row in channel["nodes"])
+    assert not any(EXTRA_TOPIC_KEYS & set(row) for row in topic["nodes"])
+
+
+def test_counters_beyond_nsq_are_summed_over_the_nodes_that_have_them() -> None:
+    dead = {"max_attempts": 3, "dead_letter_count": 5, "dead_letter_depth": 4}
+    topic = two_of_ours(node_a={"ttl": "1h0m0s", "dropped_count": 4}, node_b={"ttl": "1h0m0s", "dropped_count": 6},
+                        billing_a={"expired_count": 2, **dead, "dropped_count": 1},
+                        billing_b={"max_attempts": 3, "dead_letter_count": 1, "dead_letter_depth": 1})
+    assert (topic["ttl"], topic["dropped_count"], topic["message_count"]) == ("1h0m0s", 10, 12)
+    assert [row["dropped_count"] for row in topic["nodes"]] == [4, 6]
+    audit, billing = topic["channels"]
+    assert not EXTRA_CHANNEL_KEYS & set(audit)  # no node reports them for it
+    assert {key: billing[key] for key in EXTRA_CHANNEL_KEYS} == {
+        "expired_count": 2, "max_attempts": 3, "dead_letter_count": 6, "dead_letter_depth": 5, "dropped_count": 1}
+    node_a, node_b = billing["nodes"]
+    assert {key: node_a[key] for key in EXTRA_CHANNEL_KEYS} == {"expired_count": 2, **dead, "dropped_count": 1}
+    assert EXTRA_CHANNEL_KEYS & set(node_b) == {"max_attempts", "dead_letter_count", "dead_letter_depth"}
+
+
+def test_a_setting_the_nodes_do_not_share_is_null_in_the_total() -> None:
+    topic = two_of_ours(node_a={"ttl": "1h0m0s"}, billing_a={"max_attempts": 3}, billing_b={"max_attempts": 5})
+    assert topic["ttl"] is None  # the second node keeps its messages for ever
+    assert [row.get("ttl") for row in topic["nodes"]] == ["1h0m0s", None]
+    assert topic["channels"][1]["max_attempts"] is None
+    # a node that reports no limit has none: 0, as a node whose limit was turned off with dead letters still parked
+    topic = two_of_ours(billing_a={"max_attempts": 0, "dead_letter_count": 1, "dead_letter_depth": 1})
+    assert topic["channels"][1]["max_attempts"] == 0
