@@ -1,6 +1,6 @@
 """Reading the cluster over HTTP, as NSQ's ``internal/clusterinfo`` does for nsqd, nsqadmin and the tools: lookupd's
 ``/topics``, ``/channels``, ``/lookup`` and ``/nodes``, nsqd's ``/stats`` and ``/info`` (and, beyond NSQ, its
-``/topic/peek`` and ``/channel/peek``), and the POSTs of nsqadmin's actions.
+``/topic/peek``, ``/channel/peek`` and ``/channel/replay``), and the POSTs of nsqadmin's actions.
 
 A ``ClusterInfo`` sends every request on one aiohttp session, its own (``ClusterInfo.open``, with NSQ's
 ``--http-client-connect-timeout`` and ``--http-client-request-timeout``) or one it is given. It asks for NSQ's V1
@@ -106,12 +106,13 @@ class ClusterInfo:
         """nsqd's ``/info``: its version, broadcast address and ports."""
         return await self._get(_url(nsqd, "/info"))
 
-    async def peek(self, nsqd: str, topic: str, channel: str = "", count: int = 10) -> list[Json]:
-        """Up to ``count`` messages queued in the channel (the topic's own queue without ``channel``), as nsqd's
-        peek answers them: ``id``, ``timestamp``, ``attempts``, ``body`` (base64). An nsqd without the route (NSQ's
-        own) fails with status 404."""
-        query = {"topic": topic, "channel": channel, "n": str(count)} if channel else {"topic": topic, "n": str(count)}
-        url = _url(nsqd, "/channel/peek" if channel else "/topic/peek", query)
+    async def peek(self, nsqd: str, topic: str, channel: str = "", count: int = 10, queue: str = "") -> list[Json]:
+        """Up to ``count`` messages queued in the channel (the topic's own queue without ``channel``; its dead
+        letters with ``queue="dead"``), as nsqd's peek answers them: ``id``, ``timestamp``, ``attempts``, ``body``
+        (base64). An nsqd without the route (NSQ's own) fails with status 404."""
+        query = {"topic": topic, "channel": channel, "n": str(count), "queue": queue}
+        path = "/channel/peek" if channel else "/topic/peek"
+        url = _url(nsqd, path, {key: value for key, value in query.items() if value})
         messages = (await self._get(url)).get("messages")
         if not isinstance(messages, list) or not all(_is_peeked(message) for message in messages):
             raise ClusterInfoError(url, "messages are not objects with id, timestamp, attempts and body")
@@ -124,18 +125,27 @@ class ClusterInfo:
         url = _url(address, path, query)
         await self._request("POST", url)
 
+    async def replay(self, nsqd: str, topic: str, channel: str) -> int:
+        """Beyond NSQ: every dead letter of the channel back to it (nsqd's ``POST /channel/replay``); how many."""
+        url = _url(nsqd, "/channel/replay", {"topic": topic, "channel": channel})
+        replayed = (await self._get(url, "POST")).get("replayed")
+        if type(replayed) is not int:
+            raise ClusterInfoError(url, "replayed is not a number", method="POST")
+        return replayed
+
     # --- one request ---------------------------------------------------------------------------------------------
 
-    async def _get(self, url: str) -> Json:
-        body = await self._request("GET", url)
+    async def _get(self, url: str, method: str = "GET") -> Json:
+        """The JSON object answered to ``method`` (a GET unless an action answers one)."""
+        body = await self._request(method, url)
         try:
             document = json.loads(body)
         except (ValueError, RecursionError) as error:
-            raise ClusterInfoError(url, f"invalid JSON - {describe(error)}") from None
+            raise ClusterInfoError(url, f"invalid JSON - {describe(error)}", method=method) from None
         if isinstance(document, dict) and "status_code" in document and isinstance(document.get("data"), dict):
             document = document["data"]  # the envelope of NSQ before 1.0
         if not isinstance(document, dict):
-            raise ClusterInfoError(url, "not a JSON object")
+            raise ClusterInfoError(url, "not a JSON object", method=method)
         return document
 
     async def _request(self, method: str, url: str) -> bytes:

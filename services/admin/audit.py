@@ -1,5 +1,6 @@
 """The audit log: one entry per admin action taken through the admin (who, from where, what, on which node, and
-how it went), kept in the store's ``audit`` table. Action names are nsqadmin's, the ones its notifications carry.
+how it went), kept in the store's ``audit`` table. Action names are nsqadmin's, the ones its notifications carry,
+and, beyond nsqadmin, a channel's ``replay_dead_letters`` and ``empty_dead_letters``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import aiosqlite
 ACTIONS = frozenset({
     "create_topic", "create_channel", "delete_topic", "delete_channel", "empty_topic", "empty_channel",
     "pause_topic", "pause_channel", "unpause_topic", "unpause_channel", "tombstone_topic_producer",
+    "replay_dead_letters", "empty_dead_letters",
 })
 
 _COLUMNS = "ts, user, remote_ip, user_agent, action, topic, channel, node, result, id"

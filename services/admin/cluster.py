@@ -109,16 +109,25 @@ class Cluster:
     async def counter(self, warnings: Warnings) -> Json:
         return aggregation.counter_stats(await self.node_topic_rows(await self.all_nodes(warnings), warnings))
 
-    async def peek(self, queue: Json, count: int, warnings: Warnings) -> list[Json]:
+    async def peek(self, queue: Json, count: int, warnings: Warnings, dead_letters: bool = False) -> list[Json]:
         """Up to ``count`` messages queued on each node of ``queue``, an aggregated topic (its own queue) or channel
-        (``topic``, ``channel``): each node's in the order it would deliver them, with the node under ``node``."""
+        (``topic``, ``channel``): each node's in the order it would deliver them, with the node under ``node``.
+        ``dead_letters``: the channel's dead letters instead, asked only of the nodes that have some."""
         topic, channel = queue["topic_name"], queue.get("channel_name", "")
-        nodes = [row["node"] for row in queue["nodes"]]
-        answers = await each((self._node_peek(node, topic, channel, count) for node in nodes), warnings)
+        nodes = [row["node"] for row in queue["nodes"] if not dead_letters or row.get("dead_letter_depth")]
+        kind = "dead" if dead_letters else ""
+        answers = await each((self._node_peek(node, topic, channel, count, kind) for node in nodes), warnings)
         return [message for answer in answers for message in answer]
 
-    async def _node_peek(self, node: str, topic: str, channel: str, count: int) -> list[Json]:
-        return [{"node": node, **message} for message in await self.client.peek(node, topic, channel, count)]
+    async def _node_peek(self, node: str, topic: str, channel: str, count: int, queue: str) -> list[Json]:
+        return [{"node": node, **message} for message in await self.client.peek(node, topic, channel, count, queue)]
+
+    async def channel_nodes(self, topic: str, channel: str, warnings: Warnings) -> list[Node]:
+        """The nsqd that have the channel, as their ``/stats`` say."""
+        rows = await self.node_topic_rows(await self.topic_nodes(topic, warnings), warnings, topic=topic,
+                                          channel=channel)
+        return [Node(row["node"], row["hostname"]) for row in rows
+                if any(found["channel_name"] == channel for found in row["channels"])]
 
     async def node_topic_rows(self, nodes: list[Node], warnings: Warnings, topic: str = "", channel: str = "",
                               include_clients: bool = False) -> list[Json]:
@@ -163,6 +172,16 @@ class Cluster:
     async def channel_action(self, topic: str, channel: str, action: str, warnings: Warnings) -> None:
         await self._on_nodes(await self.topic_nodes(topic, warnings), f"/channel/{action}", warnings, topic=topic,
                              channel=channel)
+
+    async def replay_dead_letters(self, topic: str, channel: str, warnings: Warnings) -> int:
+        """Beyond nsqadmin: every dead letter back to the channel on each nsqd with it; how many in all."""
+        nodes = await self.channel_nodes(topic, channel, warnings)
+        return sum(await each((self.client.replay(node.address, topic, channel) for node in nodes), warnings))
+
+    async def empty_dead_letters(self, topic: str, channel: str, warnings: Warnings) -> None:
+        """Beyond nsqadmin: the channel's dead letters discarded on each nsqd with it."""
+        nodes = await self.channel_nodes(topic, channel, warnings)
+        await self._on_nodes(nodes, "/channel/empty", warnings, topic=topic, channel=channel, queue="dead")
 
     async def delete_topic(self, topic: str, warnings: Warnings) -> None:
         nodes = await self.topic_nodes(topic, warnings)

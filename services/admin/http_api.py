@@ -1,7 +1,9 @@
 """The admin's HTTP app: nsqadmin's JSON API under ``/api`` (same routes, bodies, error codes and shapes),
 ``/ping``, ``/config/:opt``, ``/metrics``, and the pages (``web_ui``). Every route sits under ``--base-path``.
 
-Beyond nsqadmin, ``GET /api/peek/:topic[/:channel]`` gathers the messages queued on each node (nsqd's peek).
+Beyond nsqadmin, ``GET /api/peek/:topic[/:channel]`` gathers the messages queued on each node (nsqd's peek;
+``?queue=dead``: a channel's dead letters), and a channel's ``replay_dead_letters`` and ``empty_dead_letters`` actions
+reach every nsqd with the channel (a replay answers how many messages went back, ``replayed``).
 
 Reads answer 502 ``UPSTREAM_ERROR: ...`` when every host failed and 200 with ``"message": "WARNING: ..."`` when some
 did. Actions need an admin (``--admin-user`` via ``--acl-http-header``; everyone when no admin is configured) and
@@ -25,11 +27,13 @@ from shared.runtime_config import address_list, option_value, set_log_level
 from . import web_ui
 from .app_state import ADMIN_KEY, AdminState, admin_of, is_admin, user_of
 from .audit import AuditEntry
+from .cluster import Cluster
 from .upstream import UpstreamError, Warnings
 
 log = logging.getLogger("nsqadmin")
 
 TOPIC_ACTIONS = ("pause", "unpause", "empty")
+DEAD_LETTER_ACTIONS = ("replay_dead_letters", "empty_dead_letters")  # beyond nsqadmin, on a channel
 _CONFIG_BODY_LIMIT = 1024 * 1024
 PEEK_DEFAULT, PEEK_MAX = 10, 100  # as nsqd's peek: messages per node
 
@@ -162,16 +166,19 @@ async def api_history(request: web.Request) -> web.Response:
 
 async def api_peek(request: web.Request) -> web.Response:
     """The messages queued in a channel (or in the topic's own queue) on every nsqd that has it, each with its
-    ``node``: ``?n=`` per node (10, at most 100)."""
+    ``node``: ``?n=`` per node (10, at most 100); ``?queue=dead``, a channel's dead letters."""
     count = min(_int_arg(request, "n", PEEK_DEFAULT), PEEK_MAX)
     if count == 0:
         raise HTTPError(400, "INVALID_ARG_N")
     cluster, warnings, match = admin_of(request).cluster, Warnings(), request.match_info
+    dead_letters = request.query.get("queue") == "dead"
+    if request.query.get("queue") not in (None, "dead") or (dead_letters and "channel" not in match):
+        raise HTTPError(400, "INVALID_QUEUE")  # only a channel has dead letters
     if "channel" in match:
         queue = await cluster.channel(match["topic"], match["channel"], warnings)
     else:
         queue = await cluster.topic(match["topic"], warnings)
-    return with_message({"messages": await cluster.peek(queue, count, warnings)}, warnings)
+    return with_message({"messages": await cluster.peek(queue, count, warnings, dead_letters)}, warnings)
 
 
 def _int_arg(request: web.Request, name: str, default: int) -> int:
@@ -250,19 +257,20 @@ def _channel(name: str) -> str:
 
 
 async def _act(request: web.Request, action: str, topic: str, channel: str, node: str,
-               perform: Callable[[Warnings], Awaitable[None]]) -> web.Response:
-    """Runs an action for an admin, then audits and notifies it (also when it failed)."""
+               perform: Callable[[Warnings], Awaitable[dict[str, Any] | None]]) -> web.Response:
+    """Runs an action for an admin, then audits and notifies it (also when it failed). The answer is nsqadmin's
+    ``message`` and whatever the action tells of its outcome."""
     warnings = Warnings()
     result = "ok"
     try:
-        await perform(warnings)
+        outcome = await perform(warnings)
         result = warnings.message() or "ok"
     except UpstreamError as error:
         result = f"UPSTREAM_ERROR: {error}"
         raise
     finally:
         await _record(request, action, topic, channel, node, result)
-    return json_response({"message": warnings.message()})
+    return json_response({"message": warnings.message(), **(outcome or {})})
 
 
 async def _record(request: web.Request, action: str, topic: str, channel: str = "", node: str = "",
@@ -313,11 +321,22 @@ async def channel_action(request: web.Request) -> web.Response:
     _require_admin(request)
     topic, channel = _topic(request.match_info["topic"]), _channel(request.match_info["channel"])
     action = (await _body(request)).get("action", "")
+    cluster = admin_of(request).cluster
+    if action in DEAD_LETTER_ACTIONS:
+        return await _act(request, action, topic, channel, "",
+                          lambda warnings: _dead_letter_action(cluster, action, topic, channel, warnings))
     if action not in TOPIC_ACTIONS:
         raise HTTPError(400, "INVALID_ACTION")
-    cluster = admin_of(request).cluster
     return await _act(request, f"{action}_channel", topic, channel, "",
                       lambda warnings: cluster.channel_action(topic, channel, action, warnings))
+
+
+async def _dead_letter_action(cluster: Cluster, action: str, topic: str, channel: str,
+                              warnings: Warnings) -> dict[str, Any] | None:
+    if action == "replay_dead_letters":
+        return {"replayed": await cluster.replay_dead_letters(topic, channel, warnings)}
+    await cluster.empty_dead_letters(topic, channel, warnings)
+    return None
 
 
 async def delete_topic(request: web.Request) -> web.Response:

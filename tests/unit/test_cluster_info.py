@@ -100,6 +100,18 @@ async def test_nsqd_peeks(hosts: Hosts, cluster: ClusterInfo) -> None:
     assert raised.value.status == 404
 
 
+async def test_nsqd_dead_letters_peeked_and_replayed(hosts: Hosts, cluster: ClusterInfo) -> None:
+    nsqd = await hosts.start(channel_peek=(200, '{"messages": []}'), channel_replay=(200, '{"replayed":3}'))
+    assert await cluster.peek(nsqd.address, "t", "c", 5, queue="dead") == []
+    assert await cluster.replay(nsqd.address, "t", "c") == 3
+    assert [(request.method, dict(request.query)) for request in nsqd.requests] == [
+        ("GET", {"topic": "t", "channel": "c", "n": "5", "queue": "dead"}), ("POST", {"topic": "t", "channel": "c"})]
+    for wrong, reason in (('{"replayed":"3"}', "replayed is not a number"), ("[]", "not a JSON object")):
+        nsqd.answers["/channel/replay"] = (200, wrong)
+        with pytest.raises(ClusterInfoError, match=rf"^POST http://.*/channel/replay\?topic=t&channel=c: {reason}"):
+            await cluster.replay(nsqd.address, "t", "c")
+
+
 async def test_every_request_asks_for_v1_answers_on_one_session(hosts: Hosts, cluster: ClusterInfo) -> None:
     lookupd = await hosts.start(topics=(200, '{"topics": []}'), topic_create=(200, ""))
     await cluster.topics(lookupd.address)
