@@ -1,6 +1,7 @@
 """The admin's server-rendered pages: the jinja2 environment, the URL helper that applies ``--base-path``, the
-filters the templates format numbers with (named and behaving like nsqadmin's template helpers), and
-``body_preview``, how a peeked message's body is shown.
+filters the templates format numbers with (named and behaving like nsqadmin's template helpers),
+``body_preview``, how a peeked message's body is shown, and the columns beyond NSQ's that a table shows only when
+some row has them.
 
 Templates only format what the routes hand them (the ``/api/...`` JSON shapes); autoescaping is on and an undefined
 name is an error rather than an empty string, so a renamed field fails a test instead of blanking a column.
@@ -13,7 +14,7 @@ import binascii
 import codecs
 import re
 import time
-from typing import NamedTuple
+from typing import Any, Iterable, NamedTuple
 from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -24,6 +25,36 @@ PREVIEW_CHARS = 200
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
+class Column(NamedTuple):
+    """A column beyond NSQ's: a counter, or a setting (``setting``: a row without it has none)."""
+
+    key: str
+    header: str
+    title: str
+    setting: bool = False
+
+
+# what nsqd's /stats has only while the feature behind it is in use (README: Dead letters, Message TTL, Bounded disk
+# queues); a page without those features looks as nsqadmin's
+CHANNEL_COLUMNS = (
+    Column("expired_count", "Expired", "messages past their TTL when taken: dropped (parked with an attempts limit)"),
+    Column("dead_letter_depth", "Dead Letters", "messages waiting in the dead-letter queue"),
+    Column("dead_letter_count", "Parked", "messages parked in the dead-letter queue so far"),
+    Column("max_attempts", "Max Attempts", "deliveries before a message is parked", setting=True),
+    Column("dropped_count", "Dropped", "oldest messages dropped at the --max-bytes-per-queue cap"),
+)
+TOPIC_COLUMNS = (
+    Column("ttl", "TTL", "messages older than this are never delivered", setting=True),
+    Column("dropped_count", "Dropped", "oldest messages dropped at the --max-bytes-per-queue cap"),
+)
+
+
+def present_columns(rows: Iterable[dict[str, Any]], columns: tuple[Column, ...]) -> list[Column]:
+    """The ``columns`` some row has."""
+    rows = list(rows)
+    return [column for column in columns if any(column.key in row for row in rows)]
+
+
 class Pages:
     """Renders the templates in ``services/admin/templates`` for one base path and version."""
 
@@ -31,7 +62,8 @@ class Pages:
         self.base_path = base_path
         self.env = Environment(loader=PackageLoader("services.admin", "templates"), autoescape=True,
                                undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-        self.env.globals.update(url=self.url, version=version)
+        self.env.globals.update(url=self.url, version=version, present_columns=present_columns,
+                                channel_columns=CHANNEL_COLUMNS, topic_columns=TOPIC_COLUMNS)
         self.env.filters.update(commafy=commafy, duration_ns=duration_ns, percent=percent,
                                 nanos_to_human=nanos_to_human, urlpart=urlpart, datetime=format_datetime,
                                 body_preview=body_preview)

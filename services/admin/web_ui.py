@@ -86,10 +86,12 @@ async def channel_page(request: web.Request) -> web.Response:
     admin, warnings, match = admin_of(request), Warnings(), request.match_info
     channel = await admin.cluster.channel(match["topic"], match["channel"], warnings)
     window = _window(request)
-    (queued, peek_failed), charts = await asyncio.gather(
-        _peek(admin, channel), _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window]))
+    (queued, peek_failed), (dead, dead_peek_failed), charts = await asyncio.gather(
+        _peek(admin, channel), _peek(admin, channel, dead_letters=True),
+        _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window]))
     return _render(request, "channel.html", "topics", f"{match['topic']}/{match['channel']}", warnings,
-                   channel=channel, charts=charts, chart_window=window, queued=queued, peek_failed=peek_failed)
+                   channel=channel, charts=charts, chart_window=window, queued=queued, peek_failed=peek_failed,
+                   dead_letters=dead, dead_peek_failed=dead_peek_failed)
 
 
 @_page("nodes")
@@ -148,12 +150,13 @@ async def _charts(admin: AdminState, topic: str, channel: str, seconds: int) -> 
     return charts
 
 
-async def _peek(admin: AdminState, queue: Json) -> tuple[list[Json], str]:
-    """The messages queued in a topic or channel on each of its nodes, and what failed to answer: said beside them
-    rather than in the page's warning, since an nsqd without peeking (NSQ's own) is no fault of the cluster."""
+async def _peek(admin: AdminState, queue: Json, dead_letters: bool = False) -> tuple[list[Json], str]:
+    """The messages queued in a topic or channel (or its dead letters) on each of its nodes, and what failed to
+    answer: said beside them rather than in the page's warning, since an nsqd without peeking (NSQ's own) is no
+    fault of the cluster."""
     failures = Warnings()
     try:
-        return await admin.cluster.peek(queue, PEEK_COUNT, failures), "; ".join(failures)
+        return await admin.cluster.peek(queue, PEEK_COUNT, failures, dead_letters), "; ".join(failures)
     except UpstreamError as error:
         return [], str(error)
 

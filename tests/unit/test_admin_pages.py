@@ -69,7 +69,8 @@ def page_contexts() -> dict[str, dict[str, Any]]:
         "topic.html": {"topic": reference("topic"), "charts": [], "chart_window": "1h", "queued": [],
                        "peek_failed": ""},
         "channel.html": {"channel": reference("channel"), "charts": [], "chart_window": "1h",
-                         "queued": [queued_message(b"hello")], "peek_failed": ""},
+                         "queued": [queued_message(b"hello")], "peek_failed": "", "dead_letters": [],
+                         "dead_peek_failed": ""},
         "nodes.html": {"nodes": reference("nodes")["nodes"], "lookupd_count": 1},
         "node.html": {"node": reference("node")},
         "counter.html": {"total": counter_total},
@@ -355,6 +356,105 @@ def test_body_preview(body: bytes, preview: BodyPreview) -> None:
 def test_a_large_body_is_previewed_from_its_start() -> None:
     body = b"a" * 1000 + b"\xff" * 1_000_000  # not UTF-8 only far past what is shown
     assert body_preview(base64.b64encode(body).decode()) == BodyPreview("a" * 200 + "…", False, 1_001_000)
+
+
+# --- beyond NSQ: counters and settings nsqd reports only while a feature is in use --------------------------------
+
+DEAD = {"max_attempts": 3, "dead_letter_count": 7, "dead_letter_depth": 5}
+NEW_HEADERS = (">Expired</th>", ">Dead Letters</th>", ">Parked</th>", ">Max Attempts</th>", ">Dropped</th>",
+               ">TTL</th>")
+
+
+@pytest.mark.parametrize("template", ["topic.html", "channel.html", "node.html"])
+def test_without_the_features_no_column_button_or_section_is_added(template: str) -> None:
+    html = render(template)
+    assert not any(header in html for header in NEW_HEADERS)
+    assert "Dead Letters" not in html and "dead_letters" not in html and "mixed" not in html
+
+
+def test_channel_page_shows_the_counters_beyond_nsq_in_its_columns() -> None:
+    channel = reference("channel")
+    channel.update(expired_count=1234, **DEAD, dropped_count=9)
+    channel["nodes"][0].update(expired_count=1234, **DEAD, dropped_count=9)
+    html = render("channel.html", channel=channel)
+    headers = re.findall(r'<th class="num"[^>]*>([^<]*)</th>', html.split("<h2>Channel</h2>")[1].split("</thead>")[0])
+    assert headers == ["Depth", "Memory + Disk", "In-Flight", "Deferred", "Requeued", "Timed Out", "Expired",
+                       "Dead Letters", "Parked", "Max Attempts", "Dropped", "Messages", "Connections"]
+    assert 'title="messages waiting in the dead-letter queue">Dead Letters</th>' in html
+    total = html.split('<tr class="total">')[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num">([^<]*)</td>', total) == [
+        "0", "0 + 0", "0", "1", "0", "0", "1,234", "5", "7", "3", "9", "14", "2"]
+    # the node without those fields: counts 0, no limit
+    other = html.split("127.0.0.1:14151</a>)")[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num">([^<]*)</td>', other)[6:11] == ["0", "0", "0", "none", "0"]
+
+
+def test_a_setting_the_nodes_do_not_share_shows_as_mixed() -> None:
+    channel = reference("channel")
+    channel.update(max_attempts=None, dead_letter_count=0, dead_letter_depth=0)
+    html = render("channel.html", channel=channel)
+    total = html.split('<tr class="total">')[1].split("</tr>")[0]
+    assert '<td class="num"><span title="differs between nodes">mixed</span></td>' in total
+
+
+def test_channel_with_dead_letters_offers_replay_and_discard_and_shows_them() -> None:
+    channel = reference("channel")
+    channel.update(DEAD)
+    dead = [queued_message(b"poison", node="127.0.0.1:14251", attempts=3)]
+    html = render("channel.html", channel=channel, dead_letters=dead)
+    replay = re.search(r"<button [^>]*>Replay Dead Letters</button>", html)
+    assert replay and 'data-body=\'{"action": "replay_dead_letters"}\'' in replay[0]
+    assert 'data-confirm="Are you sure you want to replay the dead letters of sample_topic/sample_channel?"' in (
+        replay[0])
+    discard = re.search(r"<button [^>]*>Discard Dead Letters</button>", html)
+    assert discard and 'data-body=\'{"action": "empty_dead_letters"}\'' in discard[0]
+    assert 'data-confirm="Are you sure you want to discard the dead letters of' in discard[0]
+    section = html.split("<h2>Dead Letters</h2>", 1)[1].split("</section>", 1)[0]
+    assert "in the order a replay moves them back" in section
+    assert "<code>poison</code>" in section and '<td class="num">3</td>' in section
+    assert "Replay Dead Letters" not in render("channel.html", channel=channel, is_admin=False)
+    # a limit and no dead letters: the actions, no section
+    channel.update(dead_letter_count=0, dead_letter_depth=0)
+    html = render("channel.html", channel=channel)
+    assert ">Replay Dead Letters</button>" in html and "<h2>Dead Letters</h2>" not in html
+
+
+def test_a_failed_dead_letter_peek_is_said_beside_them() -> None:
+    channel = reference("channel")
+    channel.update(DEAD)
+    html = render("channel.html", channel=channel, dead_peek_failed="http://127.0.0.1:14151/channel/peek: 500")
+    section = html.split("<h2>Dead Letters</h2>", 1)[1].split("</section>", 1)[0]
+    assert "<strong>Could not peek:</strong> http://127.0.0.1:14151/channel/peek: 500" in section
+
+
+def test_topic_page_shows_its_ttl_dropped_and_its_channels_dead_letters() -> None:
+    topic = reference("topic")
+    topic.update(ttl="1h0m0s", dropped_count=2000)
+    topic["nodes"][0].update(ttl="1h0m0s", dropped_count=2000)
+    topic["channels"][0].update(DEAD)
+    html = render("topic.html", topic=topic)
+    queue = html.split("<h2>Topic Message Queue</h2>")[1].split("</table>")[0]
+    headers = re.findall(r'<th class="num"[^>]*>([^<]*)</th>', queue)
+    assert headers == ["Depth", "Memory + Disk", "TTL", "Dropped", "Messages", "Channels"]
+    total = queue.split('<tr class="total">')[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num">([^<]*)</td>', total) == ["0", "0 + 0", "1h0m0s", "2,000", "14", "1"]
+    other = queue.split("127.0.0.1:14251</a>)")[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num">([^<]*)</td>', other)[2:4] == ["none", "0"]
+    channels = html.split("<h2>Channel Message Queues</h2>")[1].split("</table>")[0]
+    assert ">Dead Letters</th>" in channels and ">Expired</th>" not in channels
+    row = channels.split("sample_channel</a>")[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num">([^<]*)</td>', row)[6:9] == ["5", "7", "3"]
+
+
+def test_node_page_with_columns_beyond_nsq_still_fills_the_table() -> None:
+    node = reference("node_with_tcp_producer")
+    node["topics"][0]["channels"][0].update(DEAD)
+    html = render("node.html", node=node)
+    assert ">Dead Letters</th>" in html and ">Expired</th>" not in html
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S):
+        spans = [int(n) for n in re.findall(r'colspan="(\d+)"', row)]
+        cells = len(re.findall(r"<t[dh][ >]", row))
+        assert cells - len(spans) + sum(spans) == 11 + 3, row
 
 
 # --- nodes --------------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// nsqadmin pages: confirmed admin actions, the periodic refresh of <main id="live">, the counter, and the charts'
-// value under the pointer and times in the viewer's time zone.
+// nsqadmin pages: confirmed admin actions (and what they answered), the periodic refresh of <main id="live">, the
+// counter, and the charts' value under the pointer and times in the viewer's time zone.
 // Pages are readable without this file; it only adds actions and liveness.
 (() => {
   "use strict";
@@ -17,6 +17,22 @@
     el.className = "banner banner-" + kind;
     el.textContent = text;
     el.hidden = !text;
+  };
+
+  // what an action answered beyond success: how many dead letters a replay moved back, and a partial failure
+  // ("WARNING: ..." from the nodes that did not answer)
+  const outcome = async (resp) => {
+    let answer = {};
+    try {
+      answer = (await resp.json()) || {};
+    } catch (_) { /* no JSON: nothing to tell */ }
+    const parts = [];
+    if (typeof answer.replayed === "number") {
+      const count = answer.replayed;
+      parts.push(`Replayed ${count.toLocaleString("en-US")} dead letter${count === 1 ? "" : "s"}.`);
+    }
+    if (answer.message) parts.push(answer.message);
+    banner(parts.join(" "), answer.message ? "warning" : "ok");
   };
 
   // nsqadmin answers errors as {"message": "..."}; anything else (a proxy's page) falls back to the status
@@ -42,6 +58,7 @@
         window.location.assign(redirect);
         return true;
       }
+      await outcome(resp);
     } catch (err) {
       banner("request failed: " + err.message);
       return false;
