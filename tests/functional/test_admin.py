@@ -156,6 +156,19 @@ def test_every_page_shows_the_cluster_after_known_traffic(cluster: Cluster, admi
     assert admin.http("GET", "/ping")[2] == b"OK"
 
 
+def test_without_the_features_beyond_nsq_the_answers_are_nsqadmins(cluster: Cluster, admin: NSQDProcess) -> None:
+    """No TTL, attempts limit or disk-queue cap: no field, column or action of theirs shows."""
+    traffic(cluster, admin, "plain")
+    beyond = {"ttl", "expired_count", "max_attempts", "dead_letter_count", "dead_letter_depth", "dropped_count"}
+    topic = get_json(admin, "/api/topics/plain")[1]
+    channel = get_json(admin, "/api/topics/plain/archive")[1]
+    for row in (topic, *topic["nodes"], *topic["channels"], channel, *channel["nodes"]):
+        assert not beyond & set(row), row
+    for path in ("/topics/plain", "/topics/plain/archive", f"/nodes/{cluster.node_name(0)}"):
+        html = page(admin, path)
+        assert not re.search(r">(TTL|Expired|Dead Letters|Parked|Max Attempts|Dropped)</", html), path
+
+
 def test_channel_page_lists_the_clients(cluster: Cluster, admin: NSQDProcess) -> None:
     import asyncio
 

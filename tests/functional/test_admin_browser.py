@@ -1,5 +1,6 @@
 """The admin in a real browser: navigation by links, a channel paused through the confirmation dialog, the topics
-table sorted by its headers, and the charts read under the pointer in the viewer's time zone.
+table sorted by its headers, the charts read under the pointer in the viewer's time zone, and a channel's dead
+letters replayed.
 
 nsqlookupd, nsqd and the admin run as real processes on loopback; chromium runs the admin's own JavaScript, which
 is what the server-side tests cannot reach (the dialog, the fetch behind a button, the refresh of the live part).
@@ -7,6 +8,7 @@ is what the server-side tests cannot reach (the dialog, the fetch behind a butto
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -19,6 +21,8 @@ import pytest
 from playwright.sync_api import Page, Request, expect
 
 from tests.browser import Screenshots, chromium_page, requires_chromium
+from tests.conftest import FAST_SCAN
+from tests.functional.test_admin_dead_letters import park
 from tests.processes import NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for
 
 TOPIC = "browser_orders"
@@ -187,6 +191,49 @@ def test_queued_messages_show_as_text_as_hex_or_cut(cluster: tuple[NSQDProcess, 
         assert page.locator("table.peek script").count() == 0
         assert page.evaluate("window.peeked") is None  # shown, never run
     assert _channel(nsqd)["depth"] == 6  # still queued
+
+
+@requires_chromium
+def test_replay_a_channels_dead_letters_from_its_page(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    nsqd = start_nsqd(*FAST_SCAN, "--max-attempts=1", data_path=_directory(tmp_path / "nsqd"))
+    try:
+        admin = start_admin(f"--nsqd-http-address=127.0.0.1:{nsqd.http_port}",
+                            data_path=_directory(tmp_path / "admin"))
+    except BaseException:
+        nsqd.stop()
+        raise
+    shots = Screenshots(tmp_path, request.node.name)
+    try:
+        assert nsqd.http("POST", f"/topic/create?topic={TOPIC}")[0] == 200
+        assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}")[0] == 200
+        assert nsqd.http("POST", f"/mpub?topic={TOPIC}", b"poison 1\npoison 2")[0] == 200
+        asyncio.run(park(nsqd, 2, TOPIC, CHANNEL))
+        with chromium_page() as page, shots.on_failure(page):
+            page.goto(f"http://127.0.0.1:{admin.http_port}/topics/{TOPIC}/{CHANNEL}")
+            # Total, Depth, Memory + Disk, In-Flight, Deferred, Requeued, Timed Out, Dead Letters, Parked
+            total = page.locator("tr.total td")
+            expect(total.nth(7)).to_have_text("2", timeout=WAIT_MS)
+            expect(total.nth(1)).to_have_text("0")
+            expect(page.locator("section.queued", has_text="Dead Letters").locator("td.body code")).to_have_text(
+                ["poison 1", "poison 2"])
+            shots.take(page, "dead-letters")
+
+            dialog = page.locator("dialog#confirm")
+            page.get_by_role("button", name="Replay Dead Letters", exact=True).click()
+            expect(dialog).to_be_visible(timeout=WAIT_MS)
+            expect(dialog).to_contain_text(f"replay the dead letters of {TOPIC}/{CHANNEL}")
+            shots.take(page, "confirm-replay")
+            page.locator("#confirm-ok").click()
+            expect(page.locator("#action-error")).to_have_text("Replayed 2 dead letters.", timeout=WAIT_MS)
+            expect(total.nth(7)).to_have_text("0", timeout=WAIT_MS)
+            expect(total.nth(8)).to_have_text("2")  # parked so far
+            expect(total.nth(1)).to_have_text("2")  # back in the channel
+            expect(page.get_by_role("heading", name="Dead Letters")).to_have_count(0)
+            shots.take(page, "replayed")
+        assert (_channel(nsqd)["dead_letter_depth"], _channel(nsqd)["depth"]) == (0, 2)
+    finally:
+        admin.stop()
+        nsqd.stop()
 
 
 def _record_posts(page: Page) -> list[str]:
