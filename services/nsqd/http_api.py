@@ -97,14 +97,24 @@ def _topic_and_channel_names(request: Request) -> tuple[str, str]:
     return topic_name, channel_name
 
 
-def _count(request: Request, parameter: str, limit: int = 1 << 62) -> int | None:
-    """A non-negative integer query parameter, None when absent; 400 ``INVALID_<PARAMETER>`` otherwise."""
+def _count(request: Request, parameter: str) -> int | None:
+    """A non-negative integer query parameter, None when absent, 400 ``INVALID_ARG_<PARAMETER>`` when not one;
+    a number too long to mean anything is 2**62 (never int() of a thousand digits)."""
     text = request.query.get(parameter)
     if text is None:
         return None
-    if not text.isdigit() or int(text) > limit:
-        raise HTTPError(400, f"INVALID_{parameter.upper()}")
-    return int(text)
+    if not text.isascii() or not text.isdigit():
+        raise HTTPError(400, f"INVALID_ARG_{parameter.upper()}")
+    digits = text.lstrip("0")
+    return 1 << 62 if len(digits) > 18 else int(digits or "0")
+
+
+def _dead_letters_asked(request: Request) -> bool:
+    """``queue=dead``: the channel's dead-letter queue rather than the channel's own."""
+    queue = request.query.get("queue")
+    if queue not in (None, "dead"):
+        raise HTTPError(400, "INVALID_QUEUE")
+    return queue == "dead"
 
 
 def _binary_messages(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
@@ -118,13 +128,10 @@ def _binary_messages(body: bytes, max_msg_size: int, max_body_size: int) -> list
 
 
 def _peek_count(request: Request) -> int:
-    value = request.query.get("n")
-    if value is None:
-        return PEEK_DEFAULT
-    digits = value.lstrip("0")
-    if not value.isascii() or not value.isdigit() or not digits:
+    count = _count(request, "n")
+    if count == 0:
         raise HTTPError(400, "INVALID_ARG_N")
-    return PEEK_MAX if len(digits) > 3 else min(int(digits), PEEK_MAX)  # never int() of a thousand digits
+    return PEEK_DEFAULT if count is None else min(count, PEEK_MAX)
 
 
 class _API:
@@ -295,21 +302,20 @@ class _API:
     def channel_empty(self, request: Request) -> Response:
         """Beyond NSQ, ``queue=dead`` empties the channel's dead-letter queue instead."""
         topic, name = self._existing_channel(request)
-        queue = request.query.get("queue")
-        if queue == "dead":
+        if _dead_letters_asked(request):
             topic.channels[name].dead_letters.empty()
-        elif queue is None:
-            topic.channels[name].empty()
         else:
-            raise HTTPError(400, "INVALID_QUEUE")
+            topic.channels[name].empty()
         return _EMPTY
 
     async def channel_dead_letter(self, request: Request) -> Response:
         """Beyond NSQ: the channel's own attempts limit (``attempts``; 0: none), kept in nsqd.dat."""
         topic, name = self._existing_channel(request)
-        attempts = _count(request, "attempts", limit=65535)
+        attempts = _count(request, "attempts")
         if attempts is None:
             raise HTTPError(400, "MISSING_ARG_ATTEMPTS")
+        if attempts > 65535:  # a message's attempts are a uint16
+            raise HTTPError(400, "INVALID_ARG_ATTEMPTS")
         topic.channels[name].set_max_attempts(attempts)
         await self.nsqd.persist_metadata()
         return _EMPTY
@@ -343,11 +349,8 @@ class _API:
         """``queue=dead`` peeks at the channel's dead-letter queue instead, as /channel/empty empties it."""
         count = _peek_count(request)
         topic, name = self._existing_channel(request)
-        queue = request.query.get("queue")
-        if queue not in (None, "dead"):
-            raise HTTPError(400, "INVALID_QUEUE")
         channel = topic.channels[name]
-        return await _peek(channel.dead_letters if queue == "dead" else channel.queue, count)
+        return await _peek(channel.dead_letters if _dead_letters_asked(request) else channel.queue, count)
 
     # -- /config -----------------------------------------------------------------------------------------
 

@@ -173,8 +173,7 @@ class MessageQueue:
         try:
             self.backend.put([encode(entry) for entry in (entries[room:] if room else entries)])
         except (OSError, QueueFull) as error:
-            if isinstance(error, OSError):
-                self._refused(error)
+            self._refused(error)
             if not keep_refused:
                 raise
             self.memory.extend(entries)
@@ -227,14 +226,15 @@ class MessageQueue:
         try:
             self.backend.put_records(records)
         except (OSError, QueueFull) as error:
-            if isinstance(error, OSError):
-                self._refused(error)
+            self._refused(error)
             self.memory.extend(decode(record, 4) for record in records)
             return
         self._written()
 
-    def _refused(self, error: OSError) -> None:
-        self._health.write_failed(f"failed to write messages to {self.backend.name}", error)
+    def _refused(self, error: OSError | QueueFull) -> None:
+        """A disk's refusal makes nsqd unhealthy; the cap's is its policy, not a fault."""
+        if isinstance(error, OSError):
+            self._health.write_failed(f"failed to write messages to {self.backend.name}", error)
 
     def _written(self) -> None:
         if self._health.error is not None:
