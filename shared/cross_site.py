@@ -12,7 +12,7 @@ The same check is made, with the same rules, by nsqd (its own HTTP server), look
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from urllib.parse import urlsplit
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -24,7 +24,7 @@ CROSS_SITE_CODE = "CROSS_SITE_REQUEST"
 
 
 def cross_site_source(method: str, fetch_site: str | None, origin: str | None, hosts: Iterable[str],
-                      trusted_origins: frozenset[str] = frozenset()) -> str | None:
+                      trusted_origins: Collection[str] = ()) -> str | None:
     """None when the request may be served; otherwise where it came from (its ``Origin``, or the browser's
     ``Sec-Fetch-Site`` when it sent no origin) for the refusal to name.
 

@@ -25,6 +25,7 @@ from .audit import AuditEntry, AuditLog
 from .cluster import Cluster
 from .history import History, samples_from_stats
 from .http_api import build_app
+from .login import Login
 from .notifications import Notifier, notification_body
 from .options import Options
 from .pages import Pages
@@ -43,6 +44,7 @@ class NSQAdmin:
         self.version = VERSION
         self.hostname = socket.gethostname()
         self.pages = Pages(opts.base_path, VERSION)
+        self.login = Login(opts.htpasswd_file) if opts.htpasswd_file else None
         self.http_address: tuple[str, int] = ("", 0)
         # requests answered, by route, method and status: (count, seconds spent)
         self.request_stats: dict[tuple[str, str, int], tuple[int, float]] = {}
@@ -134,13 +136,14 @@ class NSQAdmin:
 
     # --- audit ---------------------------------------------------------------------------------------------------
 
-    async def record_action(self, entry: AuditEntry, url: str) -> None:
-        """Stores an operator action and sends nsqadmin's notification for it (if an endpoint is set)."""
+    async def record_action(self, entry: AuditEntry, url: str, notify: bool) -> None:
+        """Stores an operator action and, with ``notify``, sends nsqadmin's notification for it (if an endpoint is
+        set)."""
         try:
             await self.audit.record(entry)
         except aiosqlite.Error as error:
             log.error("audit log write failed - %s", error)
-        if self._notifier is not None:
+        if notify and self._notifier is not None:
             self._notifier.send(notification_body(entry, url, self.hostname))
 
 

@@ -1,6 +1,6 @@
 """What the admin's request handlers see of the admin: ``AdminState``, the part of ``NSQAdmin`` they use, kept in
-the app under ``ADMIN_KEY``; and who is asking (``user_of``, ``is_admin``: ``--acl-http-header`` and
-``--admin-user``).
+the app under ``ADMIN_KEY``; and who is asking (``user_of``, ``is_admin``: the built-in login or
+``--acl-http-header``, and ``--admin-user``).
 
 The handlers (``http_api``, ``web_ui``) depend on this interface rather than on ``admin``, so imports run one way:
 ``admin`` builds the app from ``http_api``, which takes the pages from ``web_ui``, and both read this module.
@@ -18,6 +18,7 @@ from .aggregation import Json
 from .audit import AuditEntry, AuditLog
 from .cluster import Cluster
 from .history import History
+from .login import Login
 from .options import Options
 from .pages import Pages
 
@@ -28,6 +29,7 @@ class AdminState(Protocol):
     history: History
     audit: AuditLog
     pages: Pages
+    login: Login | None  # --htpasswd-file
     metrics: PrometheusEndpoint
     # requests answered, by route, method and status: (count, seconds spent)
     request_stats: dict[tuple[str, str, int], tuple[int, float]]
@@ -35,14 +37,15 @@ class AdminState(Protocol):
     async def snapshot(self) -> list[Json]:
         """Every topic across the cluster now; also kept for ``/metrics``."""
 
-    async def record_action(self, entry: AuditEntry, url: str) -> None:
-        """Stores an operator action and sends its notification."""
+    async def record_action(self, entry: AuditEntry, url: str, notify: bool) -> None:
+        """Stores an operator action and, with ``notify``, sends its notification."""
 
     def set_lookupd_addresses(self, addresses: list[str]) -> None:
         """``PUT /config/nsqlookupd_http_addresses``: later requests use the new lookupds."""
 
 
 ADMIN_KEY: web.AppKey[AdminState] = web.AppKey("nsqadmin")
+USER_KEY = "nsqadmin.user"  # on a request, the user the built-in login proved
 
 
 def admin_of(request: web.Request) -> AdminState:
@@ -50,7 +53,11 @@ def admin_of(request: web.Request) -> AdminState:
 
 
 def user_of(request: web.Request) -> str:
-    return request.headers.get(admin_of(request).opts.acl_http_header, "")
+    """The user the built-in login proved or, without one, the one ``--acl-http-header`` names."""
+    admin = admin_of(request)
+    if admin.login is not None:
+        return str(request.get(USER_KEY, ""))
+    return request.headers.get(admin.opts.acl_http_header, "")
 
 
 def is_admin(request: web.Request) -> bool:

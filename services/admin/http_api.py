@@ -16,6 +16,7 @@ import ipaddress
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -24,10 +25,11 @@ from shared.http_api import Handler, HTTPError, json_response, nsq_errors, redir
 from shared.names import is_valid_channel_name, is_valid_topic_name
 from shared.runtime_config import address_list, option_value, set_log_level
 
-from . import web_ui
+from . import security, web_ui
 from .app_state import ADMIN_KEY, AdminState, admin_of, is_admin, user_of
 from .audit import AuditEntry
 from .cluster import Cluster
+from .security import Refusal
 from .upstream import UpstreamError, Warnings
 
 log = logging.getLogger("nsqadmin")
@@ -39,9 +41,10 @@ PEEK_DEFAULT, PEEK_MAX = 10, 100  # as nsqd's peek: messages per node
 
 
 def build_app(admin: AdminState) -> web.Application:
-    app = web.Application(middlewares=[measure_requests, compress, nsq_errors(log), upstream_errors,
-                                       redirect_fixed_paths])
+    app = web.Application(middlewares=[measure_requests, compress, nsq_errors(log),
+                                       security.guard(audit_refusal), upstream_errors, redirect_fixed_paths])
     app[ADMIN_KEY] = admin
+    app[PLANNERS_KEY] = {}
     prefix = admin.opts.base_path.rstrip("/")
     gets: list[tuple[str, Handler]] = [
         ("/ping", ping), ("/metrics", metrics), ("/config/{opt}", get_config),
@@ -55,13 +58,10 @@ def build_app(admin: AdminState) -> web.Application:
     if prefix:
         app.router.add_get(prefix, web_ui.topics_page, allow_head=False)
     app.router.add_put(prefix + "/config/{opt}", put_config)
-    app.router.add_post(prefix + "/api/topics", create_topic_channel)
-    app.router.add_post(prefix + "/api/topics/{topic}", topic_action)
-    app.router.add_post(prefix + "/api/topics/{topic}/{channel}", channel_action)
-    app.router.add_delete(prefix + "/api/topics/{topic}", delete_topic)
-    app.router.add_delete(prefix + "/api/topics/{topic}/{channel}", delete_channel)
-    app.router.add_delete(prefix + "/api/nodes/{node}", tombstone_topic)
+    for method, path, planner in ACTION_ROUTES:
+        app[PLANNERS_KEY][app.router.add_route(method, prefix + path, run_action)] = planner
     app.router.add_static(prefix + "/static", web_ui.STATIC_DIR)
+    app.on_response_prepare.append(security.add_security_headers)
     return app
 
 
@@ -234,6 +234,26 @@ async def put_config(request: web.Request) -> web.Response:
 
 # --- actions -------------------------------------------------------------------------------------------------------
 
+Perform = Callable[[Warnings], Awaitable[dict[str, Any] | None]]
+
+
+@dataclass
+class Plan:
+    """An action as the audit log and nsqadmin's notifications name it, and what performs it."""
+
+    action: str
+    topic: str
+    channel: str = ""
+    node: str = ""
+    perform: Perform | None = None
+    # nsqadmin records creating a topic with a channel as a second action, create_channel
+    created_channel: str = ""
+
+
+Planner = Callable[[web.Request, dict[str, Any]], Plan]
+PLANNERS_KEY: web.AppKey[dict[web.AbstractRoute, Planner]] = web.AppKey("planners", dict)
+
+
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
         body = json.loads(await request.read() or b"{}")
@@ -256,29 +276,53 @@ def _channel(name: str) -> str:
     return name
 
 
-async def _act(request: web.Request, action: str, topic: str, channel: str, node: str,
-               perform: Callable[[Warnings], Awaitable[dict[str, Any] | None]]) -> web.Response:
-    """Runs an action for an admin, then audits and notifies it (also when it failed). The answer is nsqadmin's
-    ``message`` and whatever the action tells of its outcome."""
+async def _plan(request: web.Request) -> Plan:
+    return request.app[PLANNERS_KEY][request.match_info.route](request, await _body(request))
+
+
+async def run_action(request: web.Request) -> web.Response:
+    """Every action route: runs the action for an admin, then audits and notifies it (also when it failed). The
+    answer is nsqadmin's ``message`` and whatever the action tells of its outcome."""
+    plan = await _plan(request)
+    if not is_admin(request):
+        await _record(request, plan, "refused: FORBIDDEN")
+        raise HTTPError(403, "FORBIDDEN")
+    assert plan.perform is not None
     warnings = Warnings()
     result = "ok"
     try:
-        outcome = await perform(warnings)
+        outcome = await plan.perform(warnings)
         result = warnings.message() or "ok"
     except UpstreamError as error:
         result = f"UPSTREAM_ERROR: {error}"
         raise
     finally:
-        await _record(request, action, topic, channel, node, result)
+        await _record(request, plan, result, notify=True)
     return json_response({"message": warnings.message(), **(outcome or {})})
 
 
-async def _record(request: web.Request, action: str, topic: str, channel: str = "", node: str = "",
-                  result: str = "ok") -> None:
-    entry = AuditEntry(ts=time.time(), user=user_of(request), remote_ip=_remote_address(request),
-                       user_agent=request.headers.get("User-Agent", ""), action=action, topic=topic,
-                       channel=channel, node=node, result=result)
-    await admin_of(request).record_action(entry, str(request.url))
+async def audit_refusal(request: web.Request, refusal: Refusal) -> None:
+    """A state-changing request refused before it ran (``security``): an action's is recorded as refused (not
+    notified: nothing happened), named as well as its request allows."""
+    if request.match_info.route not in request.app[PLANNERS_KEY]:
+        return  # /config and paths that are no route: no admin action
+    try:
+        plan = await _plan(request)
+    except HTTPError:
+        match = request.match_info
+        plan = Plan("unknown", match.get("topic", ""), match.get("channel", ""), match.get("node", ""))
+    await _record(request, plan, f"refused: {refusal.message}")
+
+
+async def _record(request: web.Request, plan: Plan, result: str, notify: bool = False) -> None:
+    entries = [(plan.action, plan.channel)]
+    if plan.created_channel:
+        entries.append(("create_channel", plan.created_channel))
+    for action, channel in entries:
+        entry = AuditEntry(ts=time.time(), user=user_of(request), remote_ip=_remote_address(request),
+                           user_agent=request.headers.get("User-Agent", ""), action=action, topic=plan.topic,
+                           channel=channel, node=plan.node, result=result)
+        await admin_of(request).record_action(entry, str(request.url), notify)
 
 
 def _remote_address(request: web.Request) -> str:
@@ -286,49 +330,33 @@ def _remote_address(request: web.Request) -> str:
     return f"{peer[0]}:{peer[1]}" if peer else request.remote or ""
 
 
-def _require_admin(request: web.Request) -> None:
-    if not is_admin(request):
-        raise HTTPError(403, "FORBIDDEN")
-
-
-async def create_topic_channel(request: web.Request) -> web.Response:
-    _require_admin(request)
-    body = await _body(request)
-    topic = _topic(body.get("topic", ""))
-    channel = body.get("channel", "")
+def plan_create(request: web.Request, body: dict[str, Any]) -> Plan:
+    topic, channel = _topic(body.get("topic", "")), body.get("channel", "")
     if channel:
         _channel(channel)
     cluster = admin_of(request).cluster
-    response = await _act(request, "create_topic", topic, "", "",
-                          lambda warnings: cluster.create_topic_channel(topic, channel, warnings))
-    if channel:
-        await _record(request, "create_channel", topic, channel)  # nsqadmin reports it as a second action
-    return response
+    return Plan("create_topic", topic, created_channel=channel,
+                perform=lambda warnings: cluster.create_topic_channel(topic, channel, warnings))
 
 
-async def topic_action(request: web.Request) -> web.Response:
-    _require_admin(request)
-    topic = _topic(request.match_info["topic"])
-    action = (await _body(request)).get("action", "")
+def plan_topic_action(request: web.Request, body: dict[str, Any]) -> Plan:
+    topic, action = _topic(request.match_info["topic"]), body.get("action", "")
     if action not in TOPIC_ACTIONS:
         raise HTTPError(400, "INVALID_ACTION")
     cluster = admin_of(request).cluster
-    return await _act(request, f"{action}_topic", topic, "", "",
-                      lambda warnings: cluster.topic_action(topic, action, warnings))
+    return Plan(f"{action}_topic", topic, perform=lambda warnings: cluster.topic_action(topic, action, warnings))
 
 
-async def channel_action(request: web.Request) -> web.Response:
-    _require_admin(request)
+def plan_channel_action(request: web.Request, body: dict[str, Any]) -> Plan:
     topic, channel = _topic(request.match_info["topic"]), _channel(request.match_info["channel"])
-    action = (await _body(request)).get("action", "")
-    cluster = admin_of(request).cluster
+    action, cluster = body.get("action", ""), admin_of(request).cluster
     if action in DEAD_LETTER_ACTIONS:
-        return await _act(request, action, topic, channel, "",
-                          lambda warnings: _dead_letter_action(cluster, action, topic, channel, warnings))
+        return Plan(action, topic, channel,
+                    perform=lambda warnings: _dead_letter_action(cluster, action, topic, channel, warnings))
     if action not in TOPIC_ACTIONS:
         raise HTTPError(400, "INVALID_ACTION")
-    return await _act(request, f"{action}_channel", topic, channel, "",
-                      lambda warnings: cluster.channel_action(topic, channel, action, warnings))
+    return Plan(f"{action}_channel", topic, channel,
+                perform=lambda warnings: cluster.channel_action(topic, channel, action, warnings))
 
 
 async def _dead_letter_action(cluster: Cluster, action: str, topic: str, channel: str,
@@ -339,25 +367,27 @@ async def _dead_letter_action(cluster: Cluster, action: str, topic: str, channel
     return None
 
 
-async def delete_topic(request: web.Request) -> web.Response:
-    _require_admin(request)
+def plan_delete_topic(request: web.Request, body: dict[str, Any]) -> Plan:
     topic, cluster = _topic(request.match_info["topic"]), admin_of(request).cluster
-    return await _act(request, "delete_topic", topic, "", "",
-                      lambda warnings: cluster.delete_topic(topic, warnings))
+    return Plan("delete_topic", topic, perform=lambda warnings: cluster.delete_topic(topic, warnings))
 
 
-async def delete_channel(request: web.Request) -> web.Response:
-    _require_admin(request)
+def plan_delete_channel(request: web.Request, body: dict[str, Any]) -> Plan:
     topic, channel = _topic(request.match_info["topic"]), _channel(request.match_info["channel"])
     cluster = admin_of(request).cluster
-    return await _act(request, "delete_channel", topic, channel, "",
-                      lambda warnings: cluster.delete_channel(topic, channel, warnings))
+    return Plan("delete_channel", topic, channel,
+                perform=lambda warnings: cluster.delete_channel(topic, channel, warnings))
 
 
-async def tombstone_topic(request: web.Request) -> web.Response:
-    _require_admin(request)
-    node = request.match_info["node"]
-    topic = _topic((await _body(request)).get("topic", ""))
+def plan_tombstone(request: web.Request, body: dict[str, Any]) -> Plan:
+    node, topic = request.match_info["node"], _topic(body.get("topic", ""))
     cluster = admin_of(request).cluster
-    return await _act(request, "tombstone_topic_producer", topic, "", node,
-                      lambda warnings: cluster.tombstone(node, topic, warnings))
+    return Plan("tombstone_topic_producer", topic, node=node,
+                perform=lambda warnings: cluster.tombstone(node, topic, warnings))
+
+
+ACTION_ROUTES: list[tuple[str, str, Planner]] = [
+    ("POST", "/api/topics", plan_create), ("POST", "/api/topics/{topic}", plan_topic_action),
+    ("POST", "/api/topics/{topic}/{channel}", plan_channel_action),
+    ("DELETE", "/api/topics/{topic}", plan_delete_topic), ("DELETE", "/api/topics/{topic}/{channel}", plan_delete_channel),
+    ("DELETE", "/api/nodes/{node}", plan_tombstone)]

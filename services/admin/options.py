@@ -9,6 +9,7 @@ import posixpath
 from dataclasses import dataclass
 
 from shared.addresses import split_host_port
+from shared.cross_site import normalize_origin
 from shared.flags import FlagError, option
 from shared.program import ProgramOptions
 
@@ -31,6 +32,11 @@ class Options(ProgramOptions):
     acl_http_header: str = option("X-Forwarded-User", "HTTP header to check for authenticated admin users")
     admin_users: list[str] = option([], "admin user (may be given multiple times; if specified, only these users "
                                         "will be able to perform privileged actions)", flag="admin-user")
+    allowed_origins: list[str] = option([], "origin (scheme://host[:port]) trusted to change state through the admin "
+                                            "from a browser, beyond the admin's own (may be given multiple times)",
+                                        flag="allowed-origin")
+    htpasswd_file: str = option("", "htpasswd file of bcrypt entries (htpasswd -B): every request but /ping then "
+                                    "needs one of its users (HTTP Basic)")
     data_path: str = option("", "path to store the history and audit database, created if missing (default: current directory)")
     history_interval: float = option(10.0, "how often to sample topic and channel counters for the charts "
                                            "(0 to disable)", kind="duration")
@@ -66,6 +72,10 @@ class Options(ProgramOptions):
         if self.history_interval < 0 or self.history_retention <= 0:
             raise FlagError("--history-interval must be >= 0 and --history-retention > 0")
         self.base_path = normalize_base_path(self.base_path)
+        try:
+            self.allowed_origins = [normalize_origin(origin) for origin in self.allowed_origins]
+        except ValueError as error:
+            raise FlagError(f"--allowed-origin: {error}") from None
 
 
 def normalize_base_path(path: str) -> str:

@@ -22,6 +22,7 @@ from .aggregation import Json
 from .app_state import AdminState, admin_of, is_admin, user_of
 from .charts import line_chart_svg
 from .history import rates
+from .security import session_token, set_session_cookie
 from .upstream import UpstreamError, Warnings
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -39,11 +40,15 @@ def routes() -> list[tuple[str, Handler]]:
 def _render(request: web.Request, template: str, active: str, title: str, warnings: Warnings,
             status: int = 200, **context: Any) -> web.Response:
     admin = admin_of(request)
+    token, new_session = session_token(request)
     text = admin.pages.render(template, active=active, title=title, is_admin=is_admin(request),
                               user=user_of(request), message=warnings.message(),
-                              lookupd_addresses=admin.cluster.lookupd_addresses,
+                              lookupd_addresses=admin.cluster.lookupd_addresses, session_token=token,
                               fragment=request.headers.get("X-Live-Fragment") == "1", **context)
-    return web.Response(text=text, content_type="text/html", charset="utf-8", status=status)
+    response = web.Response(text=text, content_type="text/html", charset="utf-8", status=status)
+    if new_session:
+        set_session_cookie(request, response, token)
+    return response
 
 
 def _page(active: str) -> Callable[[PageHandler], PageHandler]:

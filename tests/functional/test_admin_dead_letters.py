@@ -112,7 +112,8 @@ async def test_dead_letters_counted_over_both_nodes_replayed_and_discarded(nodes
     entries = get_json(admin, "/api/audit")[1]["entries"]
     audited = [(e["action"], e["topic"], e["channel"], e["user"], e["result"]) for e in entries]
     assert audited == [("empty_dead_letters", "dl", "c", "alice", "ok"),
-                       ("replay_dead_letters", "dl", "c", "alice", "ok")]
+                       ("replay_dead_letters", "dl", "c", "alice", "ok"),
+                       ("replay_dead_letters", "dl", "c", "", "refused: FORBIDDEN")]
     assert "replay_dead_letters" in page(admin, "/audit")
 
 

@@ -42,7 +42,8 @@ class Entry:
 
 def common(active: str = "topics", **overrides: Any) -> dict[str, Any]:
     context: dict[str, Any] = {"active": active, "is_admin": True, "user": "", "message": "",
-                               "lookupd_addresses": ["127.0.0.1:14161"], "title": "nsqadmin", "fragment": False}
+                               "lookupd_addresses": ["127.0.0.1:14161"], "title": "nsqadmin", "fragment": False,
+                               "session_token": "T" * 43}
     context.update(overrides)
     return context
 

@@ -4,7 +4,10 @@
 (() => {
   "use strict";
 
-  const API_HEADERS = {"Content-Type": "application/json", "Accept": "application/vnd.nsq; version=1.0"};
+  const token = document.querySelector('meta[name="nsqadmin-token"]');
+  // the session token proves an action comes from the admin's own page (security.py)
+  const API_HEADERS = {"Content-Type": "application/json", "Accept": "application/vnd.nsq; version=1.0",
+                       "X-NSQAdmin-Token": token ? token.content : ""};
   const COUNTER_MAX_DELAY = 10000;
   let pending = 0; // actions and refreshes in flight: a timed refresh waits for them
   let generation = 0; // each refresh's number: only the newest one may replace the view

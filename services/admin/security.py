@@ -1,0 +1,120 @@
+"""What keeps a page on another site from acting through an operator's browser, and the admin's pages from being
+framed, and the optional built-in login.
+
+- Every response carries ``SECURITY_HEADERS``: a Content-Security-Policy that allows only the admin's own scripts,
+  styles and requests and no framing, ``X-Frame-Options``, ``nosniff`` and a ``Referrer-Policy``.
+- A state-changing request (anything but GET, HEAD and OPTIONS) is refused with 403 when the browser marks it as
+  sent for another site (``shared.cross_site``; the admin's own names are the ``Host`` and any
+  ``X-Forwarded-Host``, and ``--allowed-origin`` adds trusted origins), or when it comes from a browser without the
+  page's session token; with 415 when ``/api`` is sent a body that is not ``application/json`` (what no form can
+  send). Requests without browser marks, as scripts and tools send them, need neither.
+- The session token: each browser gets a random one in an HttpOnly ``SameSite=Strict`` cookie when it loads a page;
+  the page carries it too, and its script sends it back in ``X-NSQAdmin-Token``. A page elsewhere can neither read
+  it nor send that header here.
+- With ``--htpasswd-file`` every request but ``/ping`` needs a user of the file (HTTP Basic, ``login``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import secrets
+from typing import Awaitable, Callable, NamedTuple
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from shared.cross_site import CROSS_SITE_CODE, cross_site_source, forwarded_hosts
+from shared.http_api import Handler, error_response
+
+from .app_state import USER_KEY, admin_of
+from .login import REALM
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+SESSION_COOKIE = "nsqadmin_session"
+TOKEN_HEADER = "X-NSQAdmin-Token"
+_TOKEN_FORMAT = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
+
+
+class Refusal(NamedTuple):
+    status: int
+    message: str  # NSQ's CODE, then what to do about it
+
+
+OnRefused = Callable[[web.Request, Refusal], Awaitable[None]]
+
+
+def refusal_of(request: web.Request) -> Refusal | None:
+    """Why a request must not be served (None: it may)."""
+    headers = request.headers
+    hosts = forwarded_hosts(headers.get("Host"), headers.get("X-Forwarded-Host"))
+    source = cross_site_source(request.method, headers.get("Sec-Fetch-Site"), headers.get("Origin"), hosts,
+                               admin_of(request).opts.allowed_origins)
+    if source is not None:
+        return Refusal(403, f"{CROSS_SITE_CODE}: refused a request sent from {source}; a page on another site "
+                            "cannot act through the admin (--allowed-origin trusts an origin)")
+    if request.method in ("GET", "HEAD", "OPTIONS"):
+        return None
+    if _from_browser(request) and not _token_matches(request):
+        return Refusal(403, "INVALID_TOKEN: the request lacks this browser's session token; reload the page")
+    if request.body_exists and _is_api(request) and request.content_type != "application/json":
+        return Refusal(415, "INVALID_CONTENT_TYPE: the admin's API takes application/json bodies")
+    return None
+
+
+def _from_browser(request: web.Request) -> bool:
+    headers = request.headers
+    return "Origin" in headers or "Sec-Fetch-Site" in headers or SESSION_COOKIE in request.cookies
+
+
+def _token_matches(request: web.Request) -> bool:
+    cookie, sent = request.cookies.get(SESSION_COOKIE, ""), request.headers.get(TOKEN_HEADER, "")
+    return bool(cookie) and hmac.compare_digest(cookie.encode(), sent.encode())
+
+
+def _is_api(request: web.Request) -> bool:
+    return request.path.startswith(admin_of(request).pages.url("/api/"))
+
+
+def session_token(request: web.Request) -> tuple[str, bool]:
+    """The browser's session token for a page, and whether it is new (``set_session_cookie`` then gives it)."""
+    token = request.cookies.get(SESSION_COOKIE, "")
+    return (token, False) if _TOKEN_FORMAT.fullmatch(token) else (secrets.token_urlsafe(32), True)
+
+
+def set_session_cookie(request: web.Request, response: web.StreamResponse, token: str) -> None:
+    secure = request.secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
+    response.set_cookie(SESSION_COOKIE, token, path=admin_of(request).opts.base_path, httponly=True,
+                        samesite="Strict", secure=secure or None)
+
+
+def guard(on_refused: OnRefused) -> Middleware:
+    """The middleware: login first, then the refusals above (``on_refused`` records them)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        login = admin_of(request).login
+        if login is not None and request.path != admin_of(request).pages.url("/ping"):
+            user = await login.authenticate(request.headers.get("Authorization"))
+            if user is None:
+                return error_response(401, "UNAUTHORIZED",
+                                      headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'})
+            request[USER_KEY] = user
+        refusal = refusal_of(request)
+        if refusal is not None:
+            await on_refused(request, refusal)
+            return error_response(refusal.status, refusal.message)
+        return await handler(request)
+
+    return middleware
+
+
+async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: static files and errors included."""
+    response.headers.update(SECURITY_HEADERS)
