@@ -64,8 +64,13 @@ async def test_only_a_right_password_proves_a_user(tmp_path: Path, monkeypatch: 
     path = tmp_path / "htpasswd"
     write(path, entry("alice", "right"))
     login = Login(str(path))
-    checks = []
-    monkeypatch.setattr(bcrypt, "checkpw", lambda *args: checks.append(args) or real_checkpw(*args))
+    checks: list[tuple[bytes, bytes]] = []
+
+    def counted_checkpw(password: bytes, hashed: bytes) -> bool:
+        checks.append((password, hashed))
+        return real_checkpw(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counted_checkpw)
     assert await login.authenticate(basic("alice", "right")) == "alice"
     assert await login.authenticate(basic("alice", "right")) == "alice"
     assert len(checks) == 1  # remembered: bcrypt is slow on purpose
