@@ -19,7 +19,8 @@ per-request objects, middleware chain and task cost several times the work itsel
 - beyond NSQ, unless the service allows it (``--http-allow-cross-site``): a state-changing request a browser sent
   for another site's page is refused with 403 ``CROSS_SITE_REQUEST`` before its handler runs
   (``shared.cross_site`` decides), and answers to GET forbid framing. The headers that say so are noted in the one
-  pass over the headers that reads ``Content-Length``, so ``POST /pub`` from any other client costs no more.
+  pass over the headers that reads ``Content-Length``, which keeps the check's cost on ``POST /pub`` from any other
+  client to a comparison or two.
 """
 
 from __future__ import annotations
