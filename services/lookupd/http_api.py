@@ -1,4 +1,9 @@
-"""lookupd's HTTP API (aiohttp): NSQ's routes, parameters, error codes and JSON shapes."""
+"""lookupd's HTTP API (aiohttp): NSQ's routes, parameters, error codes and JSON shapes.
+
+Beyond NSQ, unless ``--http-allow-cross-site``: a state-changing request a browser sent for another site's page
+(``shared.cross_site`` decides) is refused with 403 ``CROSS_SITE_REQUEST`` before its handler runs, and answers to
+GET forbid framing.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS, cross_site_source
 from shared.http_api import Handler, HTTPError, empty_response, json_response, nsq_errors, redirect_fixed_paths
-from shared.names import is_valid_channel_name, is_valid_topic_name
+from shared.names import go_quote, is_valid_channel_name, is_valid_topic_name
 
 from .registration_db import Registration, active
 
@@ -33,8 +39,31 @@ async def count_requests(request: web.Request, handler: Handler) -> web.StreamRe
     return response
 
 
+@web.middleware
+async def refuse_cross_site(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """NSQ's 403 for a state-changing request a browser sent for another site's page."""
+    headers = request.headers
+    host = headers.get("Host")  # lookupd is reached directly: no proxy names it otherwise
+    source = cross_site_source(request.method, headers.get("Sec-Fetch-Site"), headers.get("Origin"),
+                               [host] if host else [])
+    if source is not None:
+        log.warning("HTTP: refused %s %s from %s: a cross-site request (--http-allow-cross-site serves it)",
+                    request.method, go_quote(request.path), go_quote(source))
+        raise HTTPError(403, CROSS_SITE_CODE)
+    return await handler(request)
+
+
+async def deny_framing(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer to GET, errors and redirects included, forbids other sites to frame it."""
+    if request.method == "GET":
+        response.headers.extend(FRAME_DENY_HEADERS)
+
+
 def build_app(lookupd: NSQLookupd, external: bool = False) -> web.Application:
-    app = web.Application(middlewares=[count_requests, nsq_errors(log), redirect_fixed_paths])
+    checked = [] if lookupd.opts.http_allow_cross_site else [refuse_cross_site]
+    app = web.Application(middlewares=[count_requests, nsq_errors(log), *checked, redirect_fixed_paths])
+    if checked:
+        app.on_response_prepare.append(deny_framing)
     app[LOOKUPD_KEY] = lookupd
     app[EXTERNAL_KEY] = external
     for path, handler in (("/ping", ping), ("/info", info), ("/lookup", lookup), ("/topics", topics),

@@ -1,5 +1,6 @@
-"""nsqlookupd's options: NSQ's flags and defaults (durations in seconds), and the TLS flags of registrations
-(beyond NSQ, which registers in plain only: with none of them set, lookupd is NSQ's)."""
+"""nsqlookupd's options: NSQ's flags and defaults (durations in seconds), the TLS flags of registrations
+(beyond NSQ, which registers in plain only: with none of them set, lookupd is NSQ's), and
+``--http-allow-cross-site``, which gives back NSQ's HTTP API to pages of other sites."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class Options(ProgramOptions):
     tls_root_ca_file: str = option("", "path to certificate authority file: nsqds must present a certificate it "
                                        "signed (implies --tls-required)")
     tls_required: bool = option(False, "refuse registrations that are not over TLS")
+    http_allow_cross_site: bool = option(False, "serve the state-changing HTTP requests (POST, PUT) a browser "
+                                                "sends for another site's page, and let other sites frame these "
+                                                "pages, as NSQ does (otherwise: 403 CROSS_SITE_REQUEST, no framing)")
 
     def validate(self) -> None:
         """Raises FlagError naming the flag at fault."""

@@ -15,7 +15,12 @@ per-request objects, middleware chain and task cost several times the work itsel
 - Go's response headers: the handler's in sorted order, then ``Date`` and ``Content-Length``; a body without a
   declared type is sniffed as Go does for text (``text/plain; charset=utf-8``, written last);
 - malformed requests get Go's ``400 Bad Request`` and a close; request headers are held to 1 MiB (Go's
-  ``DefaultMaxHeaderBytes``), answered with 431.
+  ``DefaultMaxHeaderBytes``), answered with 431;
+- beyond NSQ, unless the service allows it (``--http-allow-cross-site``): a state-changing request a browser sent
+  for another site's page is refused with 403 ``CROSS_SITE_REQUEST`` before its handler runs
+  (``shared.cross_site`` decides), and answers to GET forbid framing. The headers that say so are noted in the one
+  pass over the headers that reads ``Content-Length``, which keeps the check's cost on ``POST /pub`` from any other
+  client to a comparison or two.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from typing import cast
 
 import httptools
 
+from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS, cross_site_source
 from shared.http_conventions import HTTPError
+from shared.names import go_quote
 
 from .http_router import Request, Response, Router, error_response
 
@@ -48,11 +55,13 @@ class HTTPService:
     keep-alive connection would otherwise outlive the server)."""
 
     def __init__(self, router: Router, log: logging.Logger,
-                 guard: Callable[[Request], Response | None] | None = None) -> None:
+                 guard: Callable[[Request], Response | None] | None = None, allow_cross_site: bool = False) -> None:
         self.router = router
         self.log = log
         # answers every request itself when it returns a response (--tls-required on plain HTTP)
         self.guard = guard
+        # NSQ's behaviour: other sites' pages may send requests and frame the answers
+        self.allow_cross_site = allow_cross_site
         self.connections: set[HTTPConnection] = set()
 
     def __call__(self) -> HTTPConnection:
@@ -72,6 +81,7 @@ class HTTPConnection(asyncio.Protocol):
         self._router = service.router
         self._log = service.log
         self._guard = service.guard
+        self._checks_cross_site = not service.allow_cross_site
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._closing = False
@@ -174,21 +184,35 @@ class HTTPConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         request = self._request = Request(self._parser.get_method().decode("latin-1"), self._url, self._headers)
         self._router.match(request)
+        continues = self._read_headers(request)
         route = request.route
         if route is None or route.body_limit is None or self._guard is not None:
             return
-        continues = False
-        for name, value in self._headers:
-            if len(name) == 14 and name.lower() == b"content-length":
-                request.content_length = int(value)  # the parser has checked it is a number
-            elif len(name) == 6 and name.lower() == b"expect":
-                continues = value.lower() == b"100-continue" and self._parser.get_http_version() == "1.1"
         self._body, self._body_room = [], route.body_limit()
         if request.content_length is not None and request.content_length > self._body_room:
             self._answer_early()
-        elif continues:
+        elif continues and self._parser.get_http_version() == "1.1":
             assert self._transport is not None
             self._transport.write(_CONTINUE)
+
+    def _read_headers(self, request: Request) -> bool:
+        """Notes the headers the server acts on, in one pass (this is on every request's path, so names are
+        compared only when their length matches); returns whether the client expects ``100 Continue``."""
+        continues = False
+        for name, value in self._headers:
+            if len(name) == 14:  # content-length, sec-fetch-site
+                lowered = name.lower()
+                if lowered == b"content-length":
+                    request.content_length = int(value)  # the parser has checked it is a number
+                elif lowered == b"sec-fetch-site":
+                    request.from_browser = True
+            elif len(name) == 6:  # expect, origin
+                lowered = name.lower()
+                if lowered == b"expect":
+                    continues = value.lower() == b"100-continue"
+                elif lowered == b"origin":
+                    request.from_browser = True
+        return continues
 
     def on_body(self, body: bytes) -> None:
         if self._body is not None:
@@ -238,6 +262,10 @@ class HTTPConnection(asyncio.Protocol):
                 refused = self._guard(request)
                 if refused is not None:
                     return refused
+            if request.from_browser and self._checks_cross_site:
+                refused = _refuse_cross_site(request, self._log)
+                if refused is not None:
+                    return refused
             return self._router.resolve(request)
         except HTTPError as error:
             return error_response(error.status, error.code, error.extra)
@@ -263,6 +291,9 @@ class HTTPConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or self._closing:
             return
+        if request.method == "GET" and self._checks_cross_site:
+            # a new response: the handler's may be shared and its bytes cached
+            response = Response(response.body, response.status, response.headers + FRAME_DENY_HEADERS)
         wire = response.wire(close=not request.keep_alive)
         if request.method == "HEAD" and response.body:
             wire = wire[:-len(response.body)]  # the headers say what a GET would get; no body follows them
@@ -273,3 +304,21 @@ class HTTPConnection(asyncio.Protocol):
     def _close_after_answers(self) -> None:
         if self._busy is None and not self._waiting and self._transport is not None:
             self._linger_and_close()
+
+
+def _refuse_cross_site(request: Request, log: logging.Logger) -> Response | None:
+    """NSQ's 403 for a state-changing request a browser sent for another site's page, None for any other."""
+    headers = request.headers
+    host = _header(headers, b"host")  # nsqd is reached directly: no proxy names it otherwise
+    source = cross_site_source(request.method, _header(headers, b"sec-fetch-site"), _header(headers, b"origin"),
+                               [host] if host else [])
+    if source is None:
+        return None
+    log.warning("HTTP: refused %s %s from %s: a cross-site request (--http-allow-cross-site serves it)",
+                request.method, go_quote(request.path), go_quote(source))
+    return error_response(403, CROSS_SITE_CODE)
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """The first value of the header ``name`` (lower case)."""
+    return next((value.decode("latin-1") for key, value in headers if key.lower() == name), None)

@@ -103,16 +103,16 @@ class NSQD:
         context = self._tcp_context
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address,
                                                               lambda: ConnectionV2(self, context), log)
-        router = build_router(self)
+        router, allow_cross_site = build_router(self), self.opts.http_allow_cross_site
         if self.tls_context is not None and self.opts.https_address:
-            service = HTTPService(router, log)
+            service = HTTPService(router, log, allow_cross_site=allow_cross_site)
             server, self.https_address = await listen_tcp(self.opts.https_address, service, log, self.tls_context,
                                                           "HTTPS")
             self._http_servers.append((server, service))
         if self.opts.http_address:
             # --tls-required=true: plain HTTP only says where HTTPS is
             service = HTTPService(router, log, (lambda request: tls_required(self))
-                                  if self.opts.tls_required == "true" else None)
+                                  if self.opts.tls_required == "true" else None, allow_cross_site)
             server, self.http_address = await listen_tcp(self.opts.http_address, service, log, label="HTTP")
             self._http_servers.append((server, service))
         gc.callbacks.append(self.gc_pauses)

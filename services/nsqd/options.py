@@ -126,6 +126,9 @@ class Options(ProgramOptions):
                                        "nsqd CPU usage)")
     snappy: bool = option(True, "enable snappy feature negotiation (client compression)")
     enable_experiment: list[str] = option([], "enable experimental feature (may be given multiple times)")
+    http_allow_cross_site: bool = option(False, "serve the state-changing HTTP requests (POST, PUT) a browser "
+                                                "sends for another site's page, and let other sites frame these "
+                                                "pages, as NSQ does (otherwise: 403 CROSS_SITE_REQUEST, no framing)")
 
     def validate(self) -> None:
         """Raises FlagError naming the flag at fault."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from services.lookupd.options import Options as LookupdOptions
 from services.nsqd.options import Options
 from shared.flags import (
     FlagError,
@@ -440,6 +441,18 @@ def test_nsqd_options_from_config_file(tmp_path: Path) -> None:
     assert opts.max_req_timeout == 120.0
     assert opts.e2e_processing_latency_percentiles == [0.99]
     assert opts.tls_required == "tcp-https"
+
+
+@pytest.mark.parametrize("options_type", [Options, LookupdOptions], ids=["nsqd", "nsqlookupd"])
+def test_http_allow_cross_site_from_flag_and_config_file(options_type: type[Options | LookupdOptions],
+                                                         tmp_path: Path) -> None:
+    assert options_type().http_allow_cross_site is False
+    assert parse_command_line(options_type, ["--http-allow-cross-site"])[0].http_allow_cross_site is True
+    path = tmp_path / "service.toml"
+    path.write_text("http_allow_cross_site = true\n")
+    assert parse_command_line(options_type, [f"--config={path}"])[0].http_allow_cross_site is True
+    assert parse_command_line(options_type, [f"--config={path}", "--http-allow-cross-site=false"])[0] \
+        .http_allow_cross_site is False
 
 
 def test_nsqd_defaults_are_nsqs() -> None:

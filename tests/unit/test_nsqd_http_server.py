@@ -114,7 +114,8 @@ async def test_keep_alive_and_go_s_headers(server: tuple[str, int]) -> None:
     data = await exchange(server, b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n" + post("/echo", b"hello"))
     (status, headers, body), (echo_status, echo_headers, echo_body) = answers(data)
     assert (status, body) == (200, b"OK")
-    assert list(headers) == ["Date", "Content-Length", "Content-Type"]  # Go's order; text/plain is sniffed
+    # Go's order (the handler's headers sorted, then Date...); text/plain is sniffed; a GET's answer forbids framing
+    assert list(headers) == ["Content-Security-Policy", "X-Frame-Options", "Date", "Content-Length", "Content-Type"]
     assert headers["Content-Type"] == "text/plain; charset=utf-8"
     assert (echo_status, echo_body) == (200, b"hello")
     assert list(echo_headers) == ["X-Nsq-Content-Type", "Date", "Content-Length", "Content-Type"]
