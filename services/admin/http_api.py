@@ -310,7 +310,7 @@ async def audit_refusal(request: web.Request, refusal: Refusal) -> None:
         return  # /config and paths that are no route: no admin action
     try:
         plan = await _plan(request)
-    except HTTPError:
+    except (HTTPError, web.HTTPException):  # a body that is no action's, or too large to read
         match = request.match_info
         plan = Plan("unknown", match.get("topic", ""), match.get("channel", ""), match.get("node", ""))
     await _record(request, plan, f"refused: {refusal.message}")

@@ -93,14 +93,15 @@ def test_every_state_changing_route_is_guarded(nsqd: NSQDProcess, admin: NSQDPro
     attempts = [("POST", "/api/topics", {"topic": "new"}), ("POST", "/api/topics/orders/c", {"action": "pause"}),
                 ("DELETE", "/api/topics/orders", None), ("DELETE", "/api/topics/orders/c", None),
                 ("DELETE", f"/api/nodes/127.0.0.1:{nsqd.http_port}", {"topic": "orders"}),
-                ("POST", "/api/topics/orders", b"not json"), ("PUT", "/config/log_level", b"debug")]
+                ("POST", "/api/topics/orders", b"not json"), ("POST", "/api/topics/orders", b"x" * (2 << 20)),
+                ("PUT", "/config/log_level", b"debug")]
     for method, path, body in attempts:
         status, answer = send(admin, method, path, body, cross_site)
         assert status == 403 and answer["message"].startswith("CROSS_SITE_REQUEST"), (method, path)
     channel = nsqd.channel_stats("orders", "c")
     assert (channel["paused"], channel["depth"]) == (False, 3)
     assert [action for action, _, _ in audited(admin)] == [
-        "unknown", "tombstone_topic_producer", "delete_channel", "delete_topic", "pause_channel", "create_topic"]
+        "unknown", "unknown", "tombstone_topic_producer", "delete_channel", "delete_topic", "pause_channel", "create_topic"]
     assert get_json(admin, "/config/log_level")[1] == log_level
 
 
