@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from .cross_site import cross_site_source, forwarded_hosts
 from .http_conventions import (
     NSQ_CONTENT_TYPE,
     HTTPError,
@@ -24,7 +26,7 @@ from .http_conventions import (
     redirect_status,
 )
 
-__all__ = ["NSQ_CONTENT_TYPE", "HTTPError", "Handler", "empty_response", "error_response", "json_response",
+__all__ = ["NSQ_CONTENT_TYPE", "HTTPError", "Handler", "cross_site_source_of", "empty_response", "error_response", "json_response",
            "nsq_errors", "parse_bool", "redirect_fixed_paths", "text_response"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -49,6 +51,15 @@ def text_response(text: str) -> web.Response:
 def empty_response() -> web.Response:
     """A V1 200 without a body, as NSQ's actions answer: Go sets no Content-Type on an empty body."""
     return web.Response(headers=NSQ_CONTENT_TYPE)
+
+
+def cross_site_source_of(request: web.Request, trusted_origins: Collection[str] = ()) -> str | None:
+    """``shared.cross_site``'s verdict on an aiohttp request: None, or where a browser sent it from for another
+    site. The server's own names are its ``Host`` and what a proxy put in ``X-Forwarded-Host``."""
+    headers = request.headers
+    return cross_site_source(request.method, headers.get("Sec-Fetch-Site"), headers.get("Origin"),
+                             forwarded_hosts(headers.get("Host"), headers.get("X-Forwarded-Host")),
+                             trusted_origins)
 
 
 def nsq_errors(log: logging.Logger) -> Middleware:

@@ -24,8 +24,8 @@ from typing import Awaitable, Callable, NamedTuple
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from shared.cross_site import CROSS_SITE_CODE, cross_site_source, forwarded_hosts
-from shared.http_api import Handler, error_response
+from shared.cross_site import CROSS_SITE_CODE, SAFE_METHODS
+from shared.http_api import Handler, cross_site_source_of, error_response
 
 from .app_state import USER_KEY, admin_of
 from .login import REALM
@@ -52,15 +52,12 @@ OnRefused = Callable[[web.Request, Refusal], Awaitable[None]]
 
 def refusal_of(request: web.Request) -> Refusal | None:
     """Why a request must not be served (None: it may)."""
-    headers = request.headers
-    hosts = forwarded_hosts(headers.get("Host"), headers.get("X-Forwarded-Host"))
-    source = cross_site_source(request.method, headers.get("Sec-Fetch-Site"), headers.get("Origin"), hosts,
-                               admin_of(request).opts.allowed_origins)
+    if request.method in SAFE_METHODS:
+        return None
+    source = cross_site_source_of(request, admin_of(request).opts.allowed_origins)
     if source is not None:
         return Refusal(403, f"{CROSS_SITE_CODE}: refused a request sent from {source}; a page on another site "
                             "cannot act through the admin (--allowed-origin trusts an origin)")
-    if request.method in ("GET", "HEAD", "OPTIONS"):
-        return None
     if _from_browser(request) and not _token_matches(request):
         return Refusal(403, "INVALID_TOKEN: the request lacks this browser's session token; reload the page")
     if request.body_exists and _is_api(request) and request.content_type != "application/json":
@@ -99,9 +96,9 @@ def guard(on_refused: OnRefused) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        login = admin_of(request).login
-        if login is not None and request.path != admin_of(request).pages.url("/ping"):
-            user = await login.authenticate(request.headers.get("Authorization"))
+        admin = admin_of(request)
+        if admin.login is not None and request.path != admin.pages.url("/ping"):
+            user = await admin.login.authenticate(request.headers.get("Authorization"))
             if user is None:
                 return error_response(401, "UNAUTHORIZED",
                                       headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'})

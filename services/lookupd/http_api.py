@@ -13,8 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS, cross_site_source
-from shared.http_api import Handler, HTTPError, empty_response, json_response, nsq_errors, redirect_fixed_paths
+from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS
+from shared.http_api import (
+    Handler,
+    HTTPError,
+    cross_site_source_of,
+    empty_response,
+    json_response,
+    nsq_errors,
+    redirect_fixed_paths,
+)
 from shared.names import go_quote, is_valid_channel_name, is_valid_topic_name
 
 from .registration_db import Registration, active
@@ -42,10 +50,7 @@ async def count_requests(request: web.Request, handler: Handler) -> web.StreamRe
 @web.middleware
 async def refuse_cross_site(request: web.Request, handler: Handler) -> web.StreamResponse:
     """NSQ's 403 for a state-changing request a browser sent for another site's page."""
-    headers = request.headers
-    host = headers.get("Host")  # lookupd is reached directly: no proxy names it otherwise
-    source = cross_site_source(request.method, headers.get("Sec-Fetch-Site"), headers.get("Origin"),
-                               [host] if host else [])
+    source = cross_site_source_of(request)
     if source is not None:
         log.warning("HTTP: refused %s %s from %s: a cross-site request (--http-allow-cross-site serves it)",
                     request.method, go_quote(request.path), go_quote(source))
