@@ -1,6 +1,6 @@
 """Reading the cluster over HTTP, as NSQ's ``internal/clusterinfo`` does for nsqd, nsqadmin and the tools: lookupd's
-``/topics``, ``/channels``, ``/lookup`` and ``/nodes``, nsqd's ``/stats`` and ``/info`` (and, beyond NSQ, its
-``/topic/peek``, ``/channel/peek`` and ``/channel/replay``), and the POSTs of nsqadmin's actions.
+``/topics``, ``/channels``, ``/lookup`` and ``/nodes``, nsqd's ``/stats``, ``/info`` and ``/config`` (and, beyond
+NSQ, its ``/topic/peek``, ``/channel/peek`` and ``/channel/replay``), and the POSTs of nsqadmin's actions.
 
 A ``ClusterInfo`` sends every request on one aiohttp session, its own (``ClusterInfo.open``, with NSQ's
 ``--http-client-connect-timeout`` and ``--http-client-request-timeout``) or one it is given. It asks for NSQ's V1
@@ -106,6 +106,12 @@ class ClusterInfo:
         """nsqd's ``/info``: its version, broadcast address and ports."""
         return await self._get(_url(nsqd, "/info"))
 
+    async def config(self, nsqd: str, option: str) -> Any:
+        """One of nsqd's options as its ``GET /config/<option>`` answers it, by NSQ's config name (``id``: its
+        ``--node-id``); an nsqd of any version answers."""
+        url = _url(nsqd, f"/config/{option}")
+        return _decoded(await self._request("GET", url), url)
+
     async def peek(self, nsqd: str, topic: str, channel: str = "", count: int = 10, queue: str = "") -> list[Json]:
         """Up to ``count`` messages queued in the channel (the topic's own queue without ``channel``; its dead
         letters with ``queue="dead"``), as nsqd's peek answers them: ``id``, ``timestamp``, ``attempts``, ``body``
@@ -137,11 +143,7 @@ class ClusterInfo:
 
     async def _get(self, url: str, method: str = "GET") -> Json:
         """The JSON object answered to ``method`` (a GET unless an action answers one)."""
-        body = await self._request(method, url)
-        try:
-            document = json.loads(body)
-        except (ValueError, RecursionError) as error:
-            raise ClusterInfoError(url, f"invalid JSON - {describe(error)}", method=method) from None
+        document = _decoded(await self._request(method, url), url, method)
         if isinstance(document, dict) and "status_code" in document and isinstance(document.get("data"), dict):
             document = document["data"]  # the envelope of NSQ before 1.0
         if not isinstance(document, dict):
@@ -186,6 +188,13 @@ def http_address(producer: Json) -> str:
 def _url(address: str, path: str, query: dict[str, str] | None = None) -> str:
     base = address if address.startswith(("http://", "https://")) else f"http://{address}"
     return base.rstrip("/") + path + (f"?{urlencode(query)}" if query else "")
+
+
+def _decoded(body: bytes, url: str, method: str = "GET") -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise ClusterInfoError(url, f"invalid JSON - {describe(error)}", method=method) from None
 
 
 def _strings(document: Json, key: str, url: str) -> list[str]:

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -119,6 +120,13 @@ class ToolProcess:
             self.process.kill()
             self.process.wait()
             raise AssertionError(f"{self.module} did not stop on {sig}:\n{self.log}") from None
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def finished(stats: dict[str, Any]) -> int:

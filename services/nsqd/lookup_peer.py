@@ -71,10 +71,12 @@ class LookupdError(Exception):
 class LookupPeer:
     def __init__(self, address: str, identity: Callable[[], dict[str, Any]],
                  wanted: Callable[[], set[Registration]], ping_interval: float = PING_INTERVAL,
-                 tls: ssl.SSLContext | None = None, tls_server_name: str = "") -> None:
+                 tls: ssl.SSLContext | None = None, tls_server_name: str = "",
+                 identified: Callable[[], None] = lambda: None) -> None:
         """``tls``: register over TLS only, the lookupd's certificate verified for ``tls_server_name`` (the host
-        of ``address`` when empty)."""
+        of ``address`` when empty); ``identified`` is called each time the lookupd has taken nsqd's IDENTIFY."""
         self.address = address
+        self._identified = identified
         self.ping_interval = ping_interval
         self._tls = tls
         self._tls_server_name = tls_server_name
@@ -134,6 +136,7 @@ class LookupPeer:
             try:
                 await self._connect()
                 failures = 0
+                self._identified()
                 await self._serve()
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, LookupdError, ValueError) as error:
                 failures += 1

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .auth_client import AuthClient
     from .lookup_peer import LookupPeer
     from .metrics import NSQDCollector
+    from .node_id_check import NodeIdCheck
 
 log = logging.getLogger("nsqd")
 
@@ -76,6 +77,7 @@ class NSQD:
         self.storage = Storage(self.data_path, opts)
         self._sync_task: asyncio.Task[None] | None = None
         self.lookup_peers: dict[str, LookupPeer] = {}
+        self._node_id_check: NodeIdCheck | None = None  # started with the first lookupd
         self._topic_starts: set[asyncio.Task[None]] = set()
         # one thread for fsyncs: they never overlap, and stop() can wait for the one under way
         self._disk_sync = ThreadPoolExecutor(max_workers=1, thread_name_prefix="disk-sync")
@@ -128,6 +130,8 @@ class NSQD:
             connection.close()
         for peer in self.lookup_peers.values():
             await peer.stop()
+        if self._node_id_check is not None:
+            await self._node_id_check.stop()
         for topic in list(self.topics.values()):
             topic.close()
         tasks = [*self._topic_starts, self._scan_task, self._metadata_task, self._sync_task]
@@ -240,9 +244,31 @@ class NSQD:
                 from .lookup_peer import LookupPeer, registrations  # only for an nsqd that knows lookupds
 
                 peer = LookupPeer(address, self._lookupd_identity, lambda: registrations(self.topics),
-                                  tls=self.lookupd_tls_context, tls_server_name=self.opts.lookupd_tls_server_name)
+                                  tls=self.lookupd_tls_context, tls_server_name=self.opts.lookupd_tls_server_name,
+                                  identified=self._check_node_id().due)
                 self.lookup_peers[address] = peer
                 peer.start()
+
+    def _check_node_id(self) -> NodeIdCheck:
+        """The check that warns of other nsqd using this one's node ID, started with the first lookupd."""
+        if self._node_id_check is None:
+            from shared.cluster_info import ClusterInfo
+
+            from .node_id_check import NodeIdCheck
+
+            cluster = ClusterInfo.open(self.opts.http_client_connect_timeout, self.opts.http_client_request_timeout)
+            self._node_id_check = NodeIdCheck(self.opts.node_id, self._own_tcp_address, self._identified_lookupds,
+                                              cluster)
+            self._node_id_check.start()
+        return self._node_id_check
+
+    def _own_tcp_address(self) -> str:
+        from shared.addresses import join_host_port
+
+        return join_host_port(self.opts.broadcast_address, self.opts.broadcast_tcp_port or self.tcp_address[1])
+
+    def _identified_lookupds(self) -> list[str]:
+        return [peer.http_address for peer in self.lookup_peers.values() if peer.http_address]
 
     def _lookupd_identity(self) -> dict[str, object]:
         opts = self.opts

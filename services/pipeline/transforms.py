@@ -11,18 +11,31 @@ from pyspark.sql.types import StringType, StructField, StructType
 EVENT_SCHEMA = StructType([StructField("type", StringType())])
 
 
+def message_key() -> Column:
+    """What tells messages apart across a cluster: ``topic/nsqd_address/message_id``. A message ID is unique only
+    per topic on the nsqd that handed it out (its time, ``--node-id`` and a sequence: NSQ's rule), and every nsqd on
+    one host has the same default node ID, so two nsqd publishing at once hand out equal IDs for distinct
+    messages; a redelivery comes again from the nsqd that delivered it first.
+
+    One string, not three columns: the streaming deduplication's state keeps one string key per message, as it did
+    when the key was the ID alone, so a checkpoint from then goes on working (its old keys just expire)."""
+    return F.concat_ws("/", "topic", "nsqd_address", "message_id")
+
+
 def for_archive(messages: DataFrame, watermark: str) -> DataFrame:
-    """Messages as the archive stores them: each message id once within ``watermark`` of its first arrival (nsqd
-    redelivers a message whose batch was not committed), with ``date`` and ``hour`` columns to partition by (UTC).
+    """Messages as the archive stores them: each message (by ``message_key``) once within ``watermark`` of its
+    first arrival (nsqd redelivers a message whose batch was not committed), with ``date`` and ``hour`` columns to
+    partition by (UTC).
 
     The watermark runs on the time each batch was read, not on the message's own timestamp: Spark drops rows older
     than the watermark, and a message published long ago (a backlog, a node that was away, a deferred message) must
     still be archived, not dropped and then FIN'd."""
+    keyed = messages.withColumn("_key", message_key())
     if messages.isStreaming:
-        unique = (messages.withColumn("_read_at", F.current_timestamp()).withWatermark("_read_at", watermark)
-                  .dropDuplicatesWithinWatermark(["message_id"]).drop("_read_at"))
+        unique = (keyed.withColumn("_read_at", F.current_timestamp()).withWatermark("_read_at", watermark)
+                  .dropDuplicatesWithinWatermark(["_key"]).drop("_read_at", "_key"))
     else:  # Spark refuses the watermark variant on a static frame, where plain deduplication is exact
-        unique = messages.dropDuplicates(["message_id"])
+        unique = keyed.dropDuplicates(["_key"]).drop("_key")
     return (unique.withColumn("date", F.date_format(_utc(unique.timestamp), "yyyy-MM-dd"))
             .withColumn("hour", F.hour(_utc(unique.timestamp))))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ import pytest
 
 from apps.nsq_stat import HEADER, ChannelStats, aggregate
 from tests.conftest import FAST_SCAN
-from tests.processes import ROOT, NSQDProcess, start_lookupd, start_nsqd, wait_for
+from tests.processes import ROOT, NSQDProcess, free_port, start_lookupd, start_nsqd, wait_for
 
 COLUMNS = ("ingress", "egress", "total", "mem", "disk", "inflt", "def", "req", "t-o", "msgs", "clients")
 COMMAND = [sys.executable, "-m", "apps.nsq_stat"]
@@ -34,13 +33,6 @@ def rows(stdout: str) -> list[dict[str, int]]:
     lines = stdout.splitlines()
     assert tuple(lines[:2]) == HEADER
     return [dict(zip(COLUMNS, map(int, line.replace("|", " ").split()), strict=True)) for line in lines[2:]]
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def fill(nsqd: NSQDProcess, topic: str, channel: str, messages: int, deferred: int = 0) -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
+from tests.processes import ROOT, NSQDProcess, finished, free_port, start_lookupd, start_nsqd, wait_for
 from tests.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
@@ -50,19 +49,24 @@ def publish(nsqd: NSQDProcess, numbers: range = range(MESSAGES)) -> None:
         assert nsqd.http("POST", f"/mpub?topic={TOPIC}", body)[0] == 200
 
 
-class Driver:
-    """One nsq_to_parquet process (with its JVM, in a process group of its own)."""
+# small batches, so that a kill comes in the middle of a run
+SMALL_BATCHES = ("--max-messages-per-batch=2000", "--max-in-flight=5000", "--progress-interval=1s",
+                 "--lookupd-poll-interval=1s")
 
-    def __init__(self, lookupd: NSQDProcess, tmp_path: Path) -> None:
+
+class Driver:
+    """One nsq_to_parquet process (with its JVM, in a process group of its own) archiving ``topic`` found through
+    ``lookupd``, with ``flags`` beyond where it reads and writes."""
+
+    def __init__(self, lookupd: NSQDProcess, tmp_path: Path, topic: str = TOPIC,
+                 flags: tuple[str, ...] = SMALL_BATCHES) -> None:
         self.output, self.checkpoint = tmp_path / "out", tmp_path / "checkpoint"
         self.http_port = free_port()
         self.log_path = tmp_path / f"driver-{time.monotonic_ns()}.log"
         self.log = open(self.log_path, "w")
-        # small batches, so that a kill comes in the middle of a run
-        command = [sys.executable, "-m", "services.pipeline.jobs.nsq_to_parquet", f"--topic={TOPIC}",
+        command = [sys.executable, "-m", "services.pipeline.jobs.nsq_to_parquet", f"--topic={topic}",
                    f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}", f"--output-dir={self.output}",
-                   f"--checkpoint-dir={self.checkpoint}", "--master=local[2]", "--max-messages-per-batch=2000",
-                   "--max-in-flight=5000", "--progress-interval=1s", "--lookupd-poll-interval=1s",
+                   f"--checkpoint-dir={self.checkpoint}", "--master=local[2]", *flags,
                    f"--http-address=127.0.0.1:{self.http_port}"]
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
@@ -85,16 +89,9 @@ class Driver:
         self.log.close()
         return self.process.returncode
 
-
     def progress_lines(self) -> list[str]:
         return [line for line in self.log_path.read_text().splitlines() if line.startswith("nsq_to_parquet: ")
                 and "msg/s" in line]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def metric(text: str, name: str) -> float:
@@ -186,8 +183,10 @@ def test_nothing_finished_is_lost_when_an_nsqd_is_killed(spark: SparkSession, tm
         wait_for(lambda: finished(channel_stats(survivor)) == half, 120, "the survivor's messages archived",
                  interval=0.5)
         assert driver.get("/ping") == (200, "OK")
-        # on another port: lookupd tells the job where
-        killed = start_nsqd(*registered, *durable, data_path=killed_path)
+        # at its address, as an nsqd restarts: the archive tells messages apart by the nsqd that delivered them,
+        # so what it delivers again is dropped as a redelivery
+        addresses = (f"--tcp-address=127.0.0.1:{killed.tcp_port}", f"--http-address=127.0.0.1:{killed.http_port}")
+        killed = start_nsqd(*registered, *durable, *addresses, data_path=killed_path)
         wait_for(lambda: (lambda c: c and c["depth"] == 0 and c["in_flight_count"] == 0)(channel_stats(killed)),
                  120, "the restarted nsqd's messages archived", interval=0.5)
         wait_for(lambda: channel_stats(survivor)["in_flight_count"] == 0, 30, "the last batch committed")

@@ -1,0 +1,178 @@
+"""Two nsqd on one host at their default --node-id (derived from the host name, so equal) hand out equal message IDs
+when they publish at the same time: an ID is unique per topic on one nsqd only. The archive still holds every event
+exactly once — through nsq_to_parquet at its defaults, across a SIGKILL of its driver, and through the batch reader
+across a SIGKILL — because the pipeline tells messages apart by topic, nsqd and ID, not by ID alone."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from shared.client import Producer
+from tests.functional.test_nsq_to_parquet import ARCHIVE_SCHEMA, SMALL_BATCHES, Driver
+from tests.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
+from tests.spark import spark  # noqa: F401  (the fixture)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+TOPIC = "events"
+PER_NSQD = 5000
+
+
+@pytest.fixture
+def two_nsqd(tmp_path: Path) -> Iterator[tuple[NSQDProcess, list[NSQDProcess]]]:
+    """A lookupd and two nsqd registered with it, both at the default node ID (no --node-id), as on one host."""
+    lookupd = start_lookupd()
+    nsqds: list[NSQDProcess] = []
+    try:
+        for index in range(2):
+            (tmp_path / f"nsqd{index}").mkdir()
+            # a short timeout, so what a killed job held comes back soon
+            nsqds.append(start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", "--msg-timeout=4s",
+                                    data_path=tmp_path / f"nsqd{index}"))
+        assert len({nsqd.http("GET", "/config/id")[2] for nsqd in nsqds}) == 1, "the default node IDs differ"
+        yield lookupd, nsqds
+    finally:
+        for nsqd in nsqds:
+            nsqd.stop()
+        lookupd.stop()
+
+
+def publish_at_once(nsqds: list[NSQDProcess]) -> None:
+    """``PER_NSQD`` events to each nsqd, numbered apart, in MPUBs of 100 sent to both at the same time: the IDs
+    the two hand out in the same millisecond are equal."""
+
+    async def publish(nsqd: NSQDProcess, first: int) -> None:
+        async with Producer(f"127.0.0.1:{nsqd.tcp_port}") as producer:
+            for start in range(first, first + PER_NSQD, 100):
+                await producer.multi_publish(TOPIC, [json.dumps({"n": n, "pad": "x" * 100}).encode()
+                                                     for n in range(start, start + 100)])
+
+    async def both() -> None:
+        await asyncio.gather(*(publish(nsqd, index * PER_NSQD) for index, nsqd in enumerate(nsqds)))
+
+    asyncio.run(both())
+
+
+def channel_finished(nsqds: list[NSQDProcess], channel: str) -> int:
+    return sum(finished(nsqd.channel_stats(TOPIC, channel)) for nsqd in nsqds)
+
+
+def drained(nsqds: list[NSQDProcess], channel: str) -> bool:
+    return all((lambda stats: stats and stats["depth"] == 0 and stats["in_flight_count"] == 0)(
+        nsqd.channel_stats(TOPIC, channel)) for nsqd in nsqds)
+
+
+def assert_every_event_once(archive: DataFrame) -> None:
+    rows = archive.selectExpr("get_json_object(cast(body as string), '$.n') as n", "message_id").collect()
+    numbers = sorted(int(row.n) for row in rows)
+    missing = set(range(2 * PER_NSQD)) - set(numbers)
+    assert not missing, f"{len(missing)} events lost, e.g. {sorted(missing)[:5]}"
+    assert numbers == list(range(2 * PER_NSQD)), f"{len(numbers) - len(set(numbers))} events written twice"
+    # what makes the test mean something: the two nsqd did hand out equal IDs
+    equal_ids = len(rows) - len({row.message_id for row in rows})
+    assert equal_ids > 0, "no message ID was handed out twice: the publishes did not overlap"
+
+
+def read_archive(spark: SparkSession, output: Path) -> DataFrame:
+    return spark.read.schema(ARCHIVE_SCHEMA).parquet(str(output))
+
+
+@pytest.mark.timeout(300)
+def test_the_archive_at_its_defaults_keeps_events_with_equal_ids_from_two_nsqd(
+        two_nsqd: tuple[NSQDProcess, list[NSQDProcess]], spark: SparkSession, tmp_path: Path) -> None:
+    lookupd, nsqds = two_nsqd
+    publish_at_once(nsqds)
+    driver = Driver(lookupd, tmp_path, TOPIC, flags=())  # the job's defaults, as the README runs it
+    try:
+        wait_for(lambda: channel_finished(nsqds, "nsq_to_parquet") == 2 * PER_NSQD, 180, "every event archived",
+                 interval=0.5)
+    finally:
+        assert driver.stop(signal.SIGTERM) is not None
+    assert_every_event_once(read_archive(spark, driver.output))
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_archive_job_keeps_events_with_equal_ids_from_two_nsqd(
+        two_nsqd: tuple[NSQDProcess, list[NSQDProcess]], spark: SparkSession, tmp_path: Path) -> None:
+    lookupd, nsqds = two_nsqd
+    publish_at_once(nsqds)
+    driver = Driver(lookupd, tmp_path, TOPIC, SMALL_BATCHES)
+    try:
+        wait_for(lambda: channel_finished(nsqds, "nsq_to_parquet") >= 2000, 120, "first batches archived",
+                 interval=0.2)
+    finally:
+        driver.stop(signal.SIGKILL)
+    assert channel_finished(nsqds, "nsq_to_parquet") < 2 * PER_NSQD, "killed too late to test anything"
+
+    driver = Driver(lookupd, tmp_path, TOPIC, SMALL_BATCHES)
+    try:
+        wait_for(lambda: channel_finished(nsqds, "nsq_to_parquet") == 2 * PER_NSQD, 180, "every event archived",
+                 interval=0.5)
+        wait_for(lambda: drained(nsqds, "nsq_to_parquet"), 30, "the last batch committed", interval=0.5)
+    finally:
+        assert driver.stop(signal.SIGTERM) is not None
+    assert_every_event_once(read_archive(spark, driver.output))
+
+
+class BatchJob:
+    """tests.batch_archive_job as a process of its own (in its own process group, with its JVM)."""
+
+    def __init__(self, lookupd: NSQDProcess, output: Path, log_path: Path) -> None:
+        self.log_path = log_path
+        with log_path.open("a") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.batch_archive_job", f"--topic={TOPIC}",
+                 f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}", f"--output-dir={output}"],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the batch job did not end:\n{self.log_path.read_text()[-3000:]}") from None
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_batch_archive_keeps_events_with_equal_ids_from_two_nsqd(
+        two_nsqd: tuple[NSQDProcess, list[NSQDProcess]], spark: SparkSession, tmp_path: Path) -> None:
+    """``drain`` into Parquet through ``for_archive``, killed in the middle and run again: a batch written but
+    not FIN'd when the job died is delivered and written again, and reading the archive back through
+    ``for_archive`` gives each event once."""
+    from services.pipeline.transforms import for_archive
+
+    lookupd, nsqds = two_nsqd
+    for nsqd in nsqds:  # the job's channel, so that what is published is kept for it
+        assert nsqd.http("POST", f"/topic/create?topic={TOPIC}")[0] == 200
+        assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel=batch_archive")[0] == 200
+    publish_at_once(nsqds)
+    output, log_path = tmp_path / "batch-archive", tmp_path / "batch-archive.log"
+    job = BatchJob(lookupd, output, log_path)
+    try:
+        wait_for(lambda: channel_finished(nsqds, "batch_archive") >= 2000, 120, "first batches written",
+                 interval=0.1)
+    finally:
+        job.kill()
+    assert channel_finished(nsqds, "batch_archive") < 2 * PER_NSQD, "killed too late to test anything"
+
+    # it ends once nothing arrived for its idle timeout, which is longer than nsqd's msg_timeout
+    assert BatchJob(lookupd, output, log_path).wait(240) == 0, log_path.read_text()[-3000:]
+    assert drained(nsqds, "batch_archive"), "the second run left messages behind"
+    assert_every_event_once(for_archive(read_archive(spark, output), "10 minutes"))
