@@ -1,6 +1,6 @@
 """The cluster on this machine without Docker (``make up``): one nsqlookupd, two nsqd registered with it and the
 admin, on NSQ's default ports (lookupd 4160/4161, nsqd 4150/4151 and 4250/4251, admin 4171), each nsqd with its own
-data directory and the admin's history in ``admin/`` beside them.
+node ID (1 and 2) and data directory, and the admin's history in ``admin/`` beside them.
 
 Waits until every service answers /ping, prints where they are, streams their logs with a prefix per service,
 and stops them all on Ctrl-C (or when one of them exits).
@@ -28,11 +28,13 @@ def plan(host: str, offset: int, data_path: Path) -> list[tuple[str, list[str], 
     services = [("nsqlookupd", [sys.executable, "-m", "services.lookupd", f"--tcp-address={host}:{lookupd_tcp}",
                                 f"--http-address={host}:{lookupd_http}", f"--broadcast-address={host}"],
                  lookupd_http)]
-    for tcp_port in (4150 + offset, 4250 + offset):
+    # each nsqd its own node ID: the default, from the host name, is the same for both, and so would be the
+    # message IDs they hand out at the same time
+    for node_id, tcp_port in enumerate((4150 + offset, 4250 + offset), start=1):
         directory = data_path / f"nsqd-{tcp_port}"
         directory.mkdir(parents=True, exist_ok=True)
         services.append((f"nsqd-{tcp_port}", [
-            sys.executable, "-m", "services.nsqd", f"--tcp-address={host}:{tcp_port}",
+            sys.executable, "-m", "services.nsqd", f"--node-id={node_id}", f"--tcp-address={host}:{tcp_port}",
             f"--http-address={host}:{tcp_port + 1}", f"--broadcast-address={host}",
             f"--lookupd-tcp-address={host}:{lookupd_tcp}", f"--data-path={directory}"], tcp_port + 1))
     admin_directory = data_path / "admin"

@@ -157,6 +157,8 @@ def test_the_cluster_in_compose(docker: Docker) -> None:
     services = {json.loads(line)["Service"]: json.loads(line)["Health"]
                 for line in docker.compose("ps", "--format", "json").splitlines() if line.strip()}
     assert services == dict.fromkeys(("lookupd1", "lookupd2", "nsqd1", "nsqd2", "admin", "pipeline"), "healthy")
+    # each nsqd its own node ID, so that the message IDs they hand out differ
+    assert {http(f"http://127.0.0.1:{port}/config/id")[1] for port in (4151, 4251)} == {b"1", b"2"}
 
     # lookupd answers the host with host addresses, a container with the network's
     host_view = json.loads(http("http://127.0.0.1:4161/nodes")[1])["producers"]

@@ -43,6 +43,8 @@ def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
         assert output and output[-1].startswith("cluster up"), "".join(output)
         for port in (4161 + OFFSET, 4151 + OFFSET, 4251 + OFFSET, 4171 + OFFSET):
             assert http(port, "/ping") == (200, b"OK")
+        # each nsqd its own node ID, so that the message IDs they hand out differ
+        assert [http(port, "/config/id")[1] for port in (4151 + OFFSET, 4251 + OFFSET)] == [b"1", b"2"]
         assert http(4151 + OFFSET, "/pub?topic=hello", b"world")[0] == 200
         producers: list[dict[str, object]] = wait_for(
             lambda: json.loads(http(4161 + OFFSET, "/lookup?topic=hello")[1])["producers"], 5,

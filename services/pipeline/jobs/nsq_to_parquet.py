@@ -1,6 +1,7 @@
 """``nsq_to_parquet``: topics archived to Parquet, partitioned by topic, date and hour (UTC), with a checkpoint —
 the scalable nsq_to_file. A message is finished in nsqd only after the batch holding it is committed, so a crash
-loses nothing; what a crash makes nsqd deliver again is dropped by message id within ``--watermark``.
+loses nothing; what a crash makes nsqd deliver again (the same topic, nsqd and message ID) is dropped within
+``--watermark``.
 
     nsq_to_parquet --topic=events --lookupd-http-address=127.0.0.1:4161 --output-dir=/data/events \\
         --checkpoint-dir=/data/checkpoints/events [--master=local[*]]
@@ -26,7 +27,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--topic", action="append", required=True, help="topic to archive (repeatable)")
     add_common_arguments(parser, channel="nsq_to_parquet")
     parser.add_argument("--output-dir", required=True, help="where the Parquet files go")
-    parser.add_argument("--watermark", default="10 minutes", help="how long duplicates are looked for")
+    parser.add_argument("--watermark", default="10 minutes", help="how long redelivered messages are looked for")
     return parser
 
 
