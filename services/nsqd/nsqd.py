@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shared.addresses import join_host_port
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
 from shared.names import is_ephemeral, is_valid_channel_name
@@ -243,29 +244,32 @@ class NSQD:
             if address not in self.lookup_peers:
                 from .lookup_peer import LookupPeer, registrations  # only for an nsqd that knows lookupds
 
+                node_id_check = self._node_id_check or self._start_node_id_check()
                 peer = LookupPeer(address, self._lookupd_identity, lambda: registrations(self.topics),
                                   tls=self.lookupd_tls_context, tls_server_name=self.opts.lookupd_tls_server_name,
-                                  identified=self._check_node_id().due)
+                                  identified=node_id_check.due)
                 self.lookup_peers[address] = peer
                 peer.start()
 
-    def _check_node_id(self) -> NodeIdCheck:
-        """The check that warns of other nsqd using this one's node ID, started with the first lookupd."""
-        if self._node_id_check is None:
-            from shared.cluster_info import ClusterInfo
+    def _start_node_id_check(self) -> NodeIdCheck:
+        """Starts the check that warns of other nsqd using this one's node ID (with the first lookupd)."""
+        # aiohttp's client, only for an nsqd that knows lookupds
+        from shared.cluster_info import ClusterInfo
 
-            from .node_id_check import NodeIdCheck
+        from .node_id_check import NodeIdCheck
 
-            cluster = ClusterInfo.open(self.opts.http_client_connect_timeout, self.opts.http_client_request_timeout)
-            self._node_id_check = NodeIdCheck(self.opts.node_id, self._own_tcp_address, self._identified_lookupds,
-                                              cluster)
-            self._node_id_check.start()
+        cluster = ClusterInfo.open(self.opts.http_client_connect_timeout, self.opts.http_client_request_timeout)
+        self._node_id_check = NodeIdCheck(self.opts.node_id, self._broadcast_tcp_address, self._identified_lookupds,
+                                          cluster)
+        self._node_id_check.start()
         return self._node_id_check
 
-    def _own_tcp_address(self) -> str:
-        from shared.addresses import join_host_port
+    def _broadcast_tcp_port(self) -> int:
+        return self.opts.broadcast_tcp_port or self.tcp_address[1]
 
-        return join_host_port(self.opts.broadcast_address, self.opts.broadcast_tcp_port or self.tcp_address[1])
+    def _broadcast_tcp_address(self) -> str:
+        """This nsqd as lookupds list it."""
+        return join_host_port(self.opts.broadcast_address, self._broadcast_tcp_port())
 
     def _identified_lookupds(self) -> list[str]:
         return [peer.http_address for peer in self.lookup_peers.values() if peer.http_address]
@@ -273,7 +277,7 @@ class NSQD:
     def _lookupd_identity(self) -> dict[str, object]:
         opts = self.opts
         identity: dict[str, object] = {
-            "version": VERSION, "tcp_port": opts.broadcast_tcp_port or self.tcp_address[1],
+            "version": VERSION, "tcp_port": self._broadcast_tcp_port(),
             "http_port": opts.broadcast_http_port or self.http_address[1], "hostname": self.hostname,
             "broadcast_address": opts.broadcast_address, "topology_zone": opts.topology_zone,
             "topology_region": opts.topology_region}

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
 from pyspark.sql import functions as F
 
 from services.pipeline.message_rows import ARROW_SCHEMA, SCHEMA
@@ -49,6 +50,7 @@ def test_archive_tells_equal_ids_apart_by_nsqd_and_topic(spark: SparkSession) ->
     assert archived[0].asDict().keys() == {*SCHEMA.fieldNames(), "date", "hour"}
 
 
+@pytest.mark.timeout(180)
 def test_the_archive_goes_on_from_a_checkpoint_keyed_by_message_id_alone(spark: SparkSession, tmp_path: Path) -> None:
     """An archive query whose deduplication state was keyed by the message ID alone (as it was before IDs were
     told apart by nsqd and topic) goes on from its checkpoint with ``for_archive``: the state's key is one string
@@ -71,7 +73,10 @@ def test_the_archive_goes_on_from_a_checkpoint_keyed_by_message_id_alone(spark: 
             archived = for_archive(messages, "10 minutes")
         query = (archived.writeStream.format("parquet").option("path", str(output))
                  .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-        query.awaitTermination(60)
+        try:
+            assert query.awaitTermination(60), "the query did not end"
+        finally:
+            query.stop()
         assert query.exception() is None
 
     arrive("1", [("0a", b"before", "127.0.0.1:4150")])

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.archive_jobs import ARCHIVE_SCHEMA
 from tests.functional.test_event_counts_job import published_totals
-from tests.functional.test_nsq_to_parquet import ARCHIVE_SCHEMA
 from tests.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
 from tests.spark import spark  # noqa: F401  (the fixture)
 from tests.spark_cluster import SparkCluster, spark_cluster  # noqa: F401  (the fixture)
