@@ -89,18 +89,26 @@ def read_archive(spark: SparkSession, output: Path) -> DataFrame:
     return spark.read.schema(ARCHIVE_SCHEMA).parquet(str(output))
 
 
+def archive_to_the_end(lookupd: NSQDProcess, nsqds: list[NSQDProcess], tmp_path: Path,
+                       flags: tuple[str, ...]) -> Path:
+    """nsq_to_parquet run until every event is archived and committed, then stopped; its output."""
+    driver = Driver(lookupd, tmp_path, TOPIC, flags)
+    try:
+        wait_for(lambda: channel_finished(nsqds, "nsq_to_parquet") == 2 * PER_NSQD, 180, "every event archived",
+                 interval=0.5)
+        wait_for(lambda: drained(nsqds, "nsq_to_parquet"), 30, "the last batch committed", interval=0.5)
+    finally:
+        assert driver.stop(signal.SIGTERM) is not None
+    return driver.output
+
+
 @pytest.mark.timeout(300)
 def test_the_archive_at_its_defaults_keeps_events_with_equal_ids_from_two_nsqd(
         two_nsqd: tuple[NSQDProcess, list[NSQDProcess]], spark: SparkSession, tmp_path: Path) -> None:
     lookupd, nsqds = two_nsqd
     publish_at_once(nsqds)
-    driver = Driver(lookupd, tmp_path, TOPIC, flags=())  # the job's defaults, as the README runs it
-    try:
-        wait_for(lambda: channel_finished(nsqds, "nsq_to_parquet") == 2 * PER_NSQD, 180, "every event archived",
-                 interval=0.5)
-    finally:
-        assert driver.stop(signal.SIGTERM) is not None
-    assert_every_event_once(read_archive(spark, driver.output))
+    # the job's defaults, as the README runs it
+    assert_every_event_once(read_archive(spark, archive_to_the_end(lookupd, nsqds, tmp_path, flags=())))
 
 
 @pytest.mark.timeout(300)
@@ -116,14 +124,7 @@ def test_a_killed_archive_job_keeps_events_with_equal_ids_from_two_nsqd(
         driver.stop(signal.SIGKILL)
     assert channel_finished(nsqds, "nsq_to_parquet") < 2 * PER_NSQD, "killed too late to test anything"
 
-    driver = Driver(lookupd, tmp_path, TOPIC, SMALL_BATCHES)
-    try:
-        wait_for(lambda: channel_finished(nsqds, "nsq_to_parquet") == 2 * PER_NSQD, 180, "every event archived",
-                 interval=0.5)
-        wait_for(lambda: drained(nsqds, "nsq_to_parquet"), 30, "the last batch committed", interval=0.5)
-    finally:
-        assert driver.stop(signal.SIGTERM) is not None
-    assert_every_event_once(read_archive(spark, driver.output))
+    assert_every_event_once(read_archive(spark, archive_to_the_end(lookupd, nsqds, tmp_path, SMALL_BATCHES)))
 
 
 @pytest.mark.timeout(300)
