@@ -324,10 +324,24 @@ def check_parser(data: bytes, cuts: Sequence[int], new: Callable[[], P], buffer:
     return whole
 
 
+class PlainV2:
+    """``CommandParser`` as a connection that never upgrades uses it: what follows an IDENTIFY is parsed as it is."""
+
+    def __init__(self, max_msg_size: int, max_body_size: int) -> None:
+        self.parser = CommandParser(max_msg_size, max_body_size)
+
+    def feed(self, data: bytes) -> list[Command]:
+        commands = self.parser.feed(data)
+        while released := self.parser.release_held():
+            commands += released
+        return commands
+
+
 def check_v2(data: bytes, cuts: Sequence[int] = (), cpu_seconds: float = 5.0,
              max_msg_size: int = MAX_MSG, max_body_size: int = MAX_BODY) -> list[Shape]:
     """Every property, for ``data`` fed to ``CommandParser`` whole and cut at ``cuts``; the commands it gave."""
-    return check_parser(data, cuts, lambda: CommandParser(max_msg_size, max_body_size), v2_buffer, cpu_seconds)
+    return check_parser(data, cuts, lambda: PlainV2(max_msg_size, max_body_size),
+                        lambda plain: v2_buffer(plain.parser), cpu_seconds)
 
 
 def check_lookup(data: bytes, cuts: Sequence[int] = (), cpu_seconds: float = 5.0) -> list[Shape]:

@@ -1,4 +1,5 @@
-"""A bare protocol-V2 client for tests: raw bytes out, decoded frames in (asyncio streams)."""
+"""A bare protocol-V2 client for tests: raw bytes out, decoded frames in (asyncio streams), compressed after
+``compress`` as nsqd's clients do once IDENTIFY negotiated snappy or deflate."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+from shared.protocol.compression import Codec
 from shared.protocol.frames import (
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
@@ -25,6 +27,7 @@ class WireClient:
         self.writer = writer
         self._decoder = FrameDecoder()
         self._frames: list[Frame] = []
+        self._codec: Codec | None = None
         self.heartbeats = 0
 
     @classmethod
@@ -33,11 +36,43 @@ class WireClient:
         writer.write(magic)
         return cls(reader, writer)
 
+    @property
+    def compressing(self) -> bool:
+        return self._codec is not None
+
     def send(self, data: bytes) -> None:
-        self.writer.write(data)
+        self.writer.write(data if self._codec is None else self._codec.compress(data))
+
+    async def send_in_pieces(self, data: bytes, size: int) -> None:
+        """``data`` as one write sends it (compressed whole, when compressing), put on the wire ``size`` bytes at a
+        time."""
+        wire = data if self._codec is None else self._codec.compress(data)
+        for start in range(0, len(wire), size):
+            self.writer.write(wire[start:start + size])
+            await self.writer.drain()
+
+    async def compress(self, codec: Codec, **identify: Any) -> dict[str, Any]:
+        """IDENTIFY asking for ``codec``'s compression; then every byte both ways is compressed, from nsqd's OK on.
+        Returns the IDENTIFY answer."""
+        await self.command(b"IDENTIFY", body=json.dumps({**identify, codec.name: True}).encode())
+        frames: list[Frame] = []
+        while not frames:  # the answer alone: what follows it is compressed
+            frames = self._decoder.feed(await self._read(), limit=1)
+        self._codec = codec
+        self._frames += self._decoder.feed(b"".join(codec.decompress(self._decoder.take_buffer())))
+        frame = await self.read_frame()
+        assert frame == Frame(FRAME_TYPE_RESPONSE, b"OK"), frame
+        answer: dict[str, Any] = json.loads(frames[0].data)
+        return answer
+
+    async def _read(self, timeout: float = 5) -> bytes:
+        data = await asyncio.wait_for(self.reader.read(65536), timeout)
+        if not data:
+            raise ConnectionError("connection closed by nsqd")
+        return data if self._codec is None else b"".join(self._codec.decompress(data))
 
     async def command(self, name: bytes, *params: bytes, body: bytes | None = None) -> None:
-        self.writer.write(encode_command(name, *params, body=body))
+        self.send(encode_command(name, *params, body=body))
         await self.writer.drain()
 
     async def identify(self, **fields: Any) -> Frame:
@@ -55,10 +90,7 @@ class WireClient:
     async def read_frame(self, timeout: float = 5, skip_heartbeats: bool = True) -> Frame:
         while True:
             while not self._frames:
-                data = await asyncio.wait_for(self.reader.read(65536), timeout)
-                if not data:
-                    raise ConnectionError("connection closed by nsqd")
-                self._frames += self._decoder.feed(data)
+                self._frames += self._decoder.feed(await self._read(timeout))
             frame = self._frames.pop(0)
             if skip_heartbeats and frame == Frame(FRAME_TYPE_RESPONSE, HEARTBEAT):
                 self.heartbeats += 1

@@ -8,11 +8,16 @@ connections) and the ``ListenerContext`` every connection of the TCP listener sh
 After an IDENTIFY that negotiated them, the connection upgrades in NSQ's order, each step confirmed by an ``OK``:
 TLS (``loop.start_tls`` on the same transport), then snappy or deflate (a codec that ``data_received`` inflates
 through and ``Client.flush`` compresses through).
+
+A request that cannot be answered at once (AUTH, a command on a topic not started yet, the TLS handshake) makes the
+session wait (``SessionV2.wait``): reading pauses, nothing after it is checked or run, and what was already read
+stays in the session (or, compressed, in the codec's iterator) until the wait ends and it runs in order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import ssl
 from dataclasses import dataclass
@@ -89,9 +94,10 @@ class ConnectionV2(asyncio.Protocol):
         # set by FIN and REQ; the channel refills the client's window once per batch of received bytes
         self._window_changed = False
         self._inflate: Codec | None = None
-        self._upgrade: asyncio.Task[None] | None = None
-        # a request waiting (for the auth server, a topic's start); the ones after it wait with reading paused
-        self._deferred: asyncio.Task[None] | None = None
+        # compressed input read and not yet inflated: a request waits, and a small input may inflate enormously
+        self._inflating: Iterator[bytes] | None = None
+        # what the waiting request waits for (the auth server, a topic's start, the TLS handshake)
+        self._wait: asyncio.Task[None] | None = None
 
     # -- connection lifecycle --------------------------------------------------------------------------------
 
@@ -109,9 +115,8 @@ class ConnectionV2(asyncio.Protocol):
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.client)
         self.session.disconnected()
         self._stop_timers()
-        for task in (self._upgrade, self._deferred):
-            if task is not None:
-                task.cancel()
+        if self._wait is not None:
+            self._wait.cancel()
         self.client.disconnected()
         self.broker.disconnected(self)
 
@@ -140,7 +145,7 @@ class ConnectionV2(asyncio.Protocol):
         client.set_write_paused(paused)
         if paused and client.channel is None:
             self.transport.pause_reading()
-        elif not paused and self._upgrade is None and self._deferred is None:
+        elif not paused and not self.session.waiting:
             self.transport.resume_reading()
 
     def _limit_unread_replies(self) -> None:
@@ -155,23 +160,33 @@ class ConnectionV2(asyncio.Protocol):
         self.context.busy_poll.activity()
         if self._inflate is None:
             self._run(self.session.receive(data))
-            return
+        else:
+            inflated = self._inflate.decompress(data)
+            self._inflating = inflated if self._inflating is None else itertools.chain(self._inflating, inflated)
+        if self._inflating is not None:
+            self._run_inflated()
+
+    def _run_inflated(self) -> None:
+        """Inflates compressed input piece by piece and runs each, until it is used up or a request waits (the rest
+        stays compressed until the wait ends)."""
+        assert self._inflating is not None
         try:
-            for chunk in self._inflate.decompress(data):
-                if self.transport.is_closing():
+            while not self.session.waiting and not self.transport.is_closing():
+                chunk = next(self._inflating, None)
+                if chunk is None:
+                    self._inflating = None
                     return
                 self._run(self.session.receive(chunk))
         except CompressionError as error:
+            self._inflating = None
             log.error("[%s] - %s", self.client, error)
             self.close()
 
     def _run(self, requests: Iterator[Request]) -> None:
-        """Acts on requests in order until one has to wait (the rest then wait for it)."""
-        client, codec = self.client, self._inflate
+        """Acts on requests in order until one has to wait (the session then holds the rest back)."""
+        client = self.client
         try:
             for request in requests:
-                if self._upgrade is not None or self._inflate is not codec:
-                    break  # nothing may come between IDENTIFY and the upgrade it asked for
                 try:
                     reply = _HANDLERS[request.__class__](self, request)
                 except ClientError as error:
@@ -180,7 +195,7 @@ class ConnectionV2(asyncio.Protocol):
                 if reply is None:
                     continue
                 if reply.__class__ is not bytes:  # it waits for something (the auth server, a topic's start)
-                    self._defer(cast(Awaitable[bytes | None], reply), requests)
+                    self._wait_for(self._answer_when_done(cast(Awaitable[bytes | None], reply)))
                     return
                 client.queue_response(reply)
         except ProtocolError as error:
@@ -203,24 +218,42 @@ class ConnectionV2(asyncio.Protocol):
         log.error("[%s] - %s", self.client, error)
         self.client.queue_error(error.frame_text)
 
-    def _defer(self, work: Awaitable[bytes | None], rest: Iterator[Request]) -> None:
+    def _wait_for(self, work: Awaitable[None]) -> None:
+        """Nothing more is read, checked or run until ``work`` is done, and then what was read meanwhile runs."""
+        self.session.wait()
         self.client.flush()
         self.transport.pause_reading()
-        self._deferred = asyncio.create_task(self._finish_deferred(work, rest))
+        self._wait = asyncio.ensure_future(work)
+        self._wait.add_done_callback(self._waited)
 
-    async def _finish_deferred(self, work: Awaitable[bytes | None], rest: Iterator[Request]) -> None:
+    def _waited(self, wait: asyncio.Future[None]) -> None:
+        self._wait = None
+        if wait.cancelled():
+            return
+        if (error := wait.exception()) is not None:
+            # a bug of ours: the client still gets the replies to what came before, then the connection ends
+            log.error("[%s] - failed to process a command", self.client, exc_info=error)
+            self.close()
+            return
+        if self.transport.is_closing():
+            return
+        self._run(self.session.resume())
+        if self._inflating is not None:
+            self._run_inflated()
+        client = self.client
+        if not (self.session.waiting or self.transport.is_closing() or client.write_paused and client.channel is None):
+            self.transport.resume_reading()
+
+    async def _answer_when_done(self, work: Awaitable[bytes | None]) -> None:
+        """A request's answer once what it waits for is done; a refusal closes the connection."""
         try:
             reply = await work
         except ProtocolError as error:
             self._answer_error(error)
             self.close()
             return
-        finally:
-            self._deferred = None
         if reply is not None:
             self.client.queue_response(reply)
-        self.transport.resume_reading()
-        self._run(rest)
 
     # -- AUTH ------------------------------------------------------------------------------------------------
 
@@ -286,18 +319,23 @@ class ConnectionV2(asyncio.Protocol):
         self.transport = transport
         client.upgraded_to_tls(transport)
         self.session.upgraded_to_tls()
-        self._upgrade = None
+        if early := self.session.take_held():
+            # sent before the handshake, so not over TLS: NSQ drops them too (a client waits for the answer)
+            log.warning("[%s] - %d bytes sent before the TLS handshake ignored", client, len(early))
         client.queue_response(OK)
         client.flush()
         self._start_compression(identity)
 
     def _start_compression(self, identity: identify.Identity) -> None:
+        """Compression from here on; what the client sent after IDENTIFY is compressed already."""
         if identity.snappy or identity.deflate:
             codec: Codec = SnappyCodec() if identity.snappy else DeflateCodec(identity.deflate_level)
             self.client.compress_with(codec)
             self._inflate = codec
             self.client.queue_response(OK)
             self.client.flush()
+            if held := self.session.take_held():
+                self._inflating = codec.decompress(held)
 
     # -- requests (checked by the session: they only act) ------------------------------------------------------
 
@@ -317,8 +355,7 @@ class ConnectionV2(asyncio.Protocol):
         client.flush()
         if identity.tls_v1:
             # the client's handshake must reach the TLS layer, not the command parser
-            self.transport.pause_reading()
-            self._upgrade = asyncio.create_task(self._start_tls(identity))
+            self._wait_for(self._start_tls(identity))
         else:
             self._start_compression(identity)
         return None

@@ -1,7 +1,9 @@
 """Client commands of protocol V2, parsed from bytes without I/O.
 
 ``CommandParser.feed(data)`` returns every command completed by ``data``. A command is its name, its
-space-separated arguments and, for IDENTIFY, AUTH, PUB, DPUB and MPUB, its body. Limits are checked while
+space-separated arguments and, for IDENTIFY, AUTH, PUB, DPUB and MPUB, its body. Parsing stops after an IDENTIFY:
+it may upgrade the connection (TLS, compression), so the bytes after it are held, unparsed, until the caller either
+takes them (``take_held``: they are framed anew) or lets them be parsed as they are (``release_held``). Limits are checked while
 parsing, before a body is buffered: a body over ``--max-body-size`` (or a message over ``--max-msg-size``)
 is never read. Such a command comes out with ``error`` set and the parser stops there, because the byte
 stream cannot be trusted past it; the handler validates the command line first and raises ``error`` after,
@@ -110,6 +112,8 @@ class CommandParser(MagicFirst):
         self._wait_until = 0
         # an MPUB whose messages are still arriving; the pending bytes then start at its next message
         self._partial_mpub: _PartialMpub | None = None
+        # after an IDENTIFY: the pending bytes are held unparsed until the caller knows how they are framed
+        self._holding = False
 
     def feed(self, data: bytes) -> list[Command]:
         if self._stopped:
@@ -118,6 +122,9 @@ class CommandParser(MagicFirst):
             data, instead = self._strip_magic(data)
             if instead is not None:
                 return instead
+        if self._holding:
+            self._pending += data
+            return []
         if self._pending:
             self._pending += data
             if len(self._pending) < self._pending_needs:
@@ -130,6 +137,24 @@ class CommandParser(MagicFirst):
             self._pending += data[pos:]
             self._pending_needs = max(self._wait_until - pos, len(self._pending) + 1)
         return commands
+
+    def take_held(self) -> bytes:
+        """The bytes received after an IDENTIFY, unparsed and forgotten here: the connection upgraded, and they
+        are to be unframed first (inflated)."""
+        held = bytes(self._pending) if self._holding else b""
+        if self._holding:
+            self._holding = False
+            self._pending.clear()
+        return held
+
+    def release_held(self) -> list[Command]:
+        """The commands in the bytes held after an IDENTIFY that upgraded nothing."""
+        if not self._holding:
+            return []
+        self._holding = False
+        held = bytes(self._pending)
+        self._pending.clear()
+        return self.feed(held)
 
     def _parse(self, data: bytes, commands: list[Command]) -> int:
         pos, end = 0, len(data)
@@ -165,6 +190,9 @@ class CommandParser(MagicFirst):
                 return pos
             command, pos = parsed
             if command is None or not self._keep(command, commands):
+                return pos
+            if name == b"IDENTIFY":
+                self._holding = True
                 return pos
         return pos
 

@@ -14,12 +14,20 @@ an MPUB's body error, since NSQ creates the topic before it reads the body.
 The state follows NSQ's client states: INIT until a SUB (SUBSCRIBED), CLOSING after CLS. The caller reports what
 the broker and the connection did through ``identified``, ``authenticated``, ``upgraded_to_tls``, ``closing`` and
 ``disconnected``.
+
+A request may have to wait before the next can be checked or acted on: AUTH for the auth server, a command on a
+topic that is not started yet, an IDENTIFY for its upgrade. The caller says so with ``wait()``, as h11 pauses:
+from then on nothing more comes out, whatever arrives and in whatever pieces, until ``resume()`` hands out the
+requests that arrived meanwhile, in order. What is received and not yet handed out stays here: the commands parsed
+and not yet checked, and the bytes after an IDENTIFY, which the parser holds unparsed until the caller says how
+they are framed (``take_held`` for an upgrade to compression, else they are parsed as they are).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from enum import IntEnum
 from typing import Callable, Iterator, NamedTuple, NoReturn, Protocol
 
@@ -134,6 +142,8 @@ class SessionV2:
         self._auth_enabled = limits.auth_enabled
         self._clock = clock
         self._parser = CommandParser(limits.max_msg_size, limits.max_body_size, MAGIC_V2)
+        self._commands: deque[Command] = deque()  # parsed, not yet checked and handed out
+        self.waiting = False
         self._valid_topics: dict[bytes, str] = {}
 
     # -- what the broker did ---------------------------------------------------------------------------------
@@ -157,15 +167,43 @@ class SessionV2:
     # -- bytes in, requests out ------------------------------------------------------------------------------
 
     def receive(self, data: bytes) -> Iterator[Request]:
-        """The requests in ``data`` (with what earlier calls left unfinished), checked one by one as they are
-        taken; raises FatalClientError at the first command that breaks a rule (or bytes that are not V2)."""
-        for command in self._parser.feed(data):
+        """The requests in ``data`` (after what earlier calls left), checked one by one as they are taken;
+        raises FatalClientError at the first command that breaks a rule (or bytes that are not V2). Nothing while
+        a request waits."""
+        self._commands.extend(self._parser.feed(data))
+        return self._requests()
+
+    def wait(self) -> None:
+        """The request just taken waits: nothing after it is checked or handed out until ``resume()``."""
+        self.waiting = True
+
+    def resume(self) -> Iterator[Request]:
+        """The wait is over: the requests received meanwhile, as ``receive`` hands them out."""
+        self.waiting = False
+        return self._requests()
+
+    def take_held(self) -> bytes:
+        """What was received after an IDENTIFY, unparsed: the connection upgraded to compression, so the bytes
+        are to be inflated and received again."""
+        return self._parser.take_held()
+
+    def _requests(self) -> Iterator[Request]:
+        commands = self._commands
+        while not self.waiting:
+            if not commands:
+                # the bytes after an IDENTIFY that upgraded nothing (asked for once its request was acted on)
+                commands.extend(self._parser.release_held())
+                if not commands:
+                    return
+            command = commands[0]
             if self.tls_pending and command.name != b"IDENTIFY":
                 name = b"FIN" if command.name == FIN_RUN else command.name
                 raise FatalClientError("E_INVALID", f"cannot {_text(name)} in current state (TLS required)")
             if self.authorizations is not None and command.name in _AUTHORIZED \
                     and self.authorizations.is_expired(self._clock()):
-                yield _REAUTHORIZE
+                yield _REAUTHORIZE  # the command stays first, checked again once ``authenticated`` renewed them
+                continue
+            commands.popleft()
             request = _CHECKS.get(command.name, _unknown)(self, command)
             if request is not None:
                 yield request

@@ -50,12 +50,20 @@ def parser() -> CommandParser:
     return CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY)
 
 
+def parsed(p: CommandParser, chunk: bytes) -> list[Command]:
+    """What ``chunk`` completes, the bytes held after each IDENTIFY released as plain V2 (no upgrade)."""
+    commands = p.feed(chunk)
+    while released := p.release_held():
+        commands += released
+    return commands
+
+
 def feed(chunks: Iterable[bytes], p: CommandParser | None = None) -> list[Shape]:
     """The commands as shapes, a run of FINs (FIN_RUN) counted as the FIN commands it stands for."""
     p = p or parser()
     shapes: list[Shape] = []
     for chunk in chunks:
-        for command in p.feed(chunk):
+        for command in parsed(p, chunk):
             if command.name == FIN_RUN:
                 shapes += [cmd(b"FIN", msg_id) for msg_id in command.args]
             else:
@@ -362,6 +370,28 @@ def test_commands_keep_coming_after_a_partial_feed_ends_on_a_message_boundary() 
     head = b"MPUB t\n" + size(20) + size(2) + size(1) + b"a"
     assert p.feed(head) == []
     assert feed([size(1) + b"b" + b"NOP\n"], p) == [cmd(b"MPUB", b"t", messages=[b"a", b"b"]), cmd(b"NOP")]
+
+
+IDENTIFY = encode_command(b"IDENTIFY", body=b"{}")
+
+
+def test_bytes_after_an_identify_are_held_however_they_arrive_until_taken() -> None:
+    after = b"\xff\x06\x00\x00sNaPpY NOP\n"  # what a client sends once it compresses
+    p = parser()
+    assert [shape(c) for c in p.feed(IDENTIFY + after[:5])] == [cmd(b"IDENTIFY", body=b"{}")]
+    for i in range(5, len(after)):
+        assert p.feed(after[i:i + 1]) == []
+    assert p.take_held() == after
+    assert p.take_held() == b"" and p.release_held() == []
+    assert feed([b"NOP\n"], p) == [cmd(b"NOP")]
+
+
+def test_bytes_held_after_an_identify_that_upgraded_nothing_are_parsed_as_they_are() -> None:
+    p = parser()
+    assert [shape(c) for c in p.feed(IDENTIFY + b"NOP\nPU")] == [cmd(b"IDENTIFY", body=b"{}")]
+    assert [shape(c) for c in p.release_held()] == [cmd(b"NOP")]
+    assert feed([b"B t\n" + size(1) + b"x"], p) == [cmd(b"PUB", b"t", body=b"x")]
+    assert p.take_held() == b""
 
 
 def test_feeding_nothing_gives_nothing() -> None:

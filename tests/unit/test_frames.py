@@ -180,7 +180,8 @@ def test_encoded_commands_parse_back() -> None:
             + encode_command(b"RDY", b"10") + encode_command(b"PUB", b"t", body=b"p")
             + encode_command(b"DPUB", b"t", b"5", body=b"d") + encode_mpub(b"t", [b"m1", b"m2"])
             + encode_command(b"FIN", MSG_ID) + encode_command(b"CLS"))
-    commands = CommandParser(max_msg_size=100, max_body_size=1000).feed(data)
+    parser = CommandParser(max_msg_size=100, max_body_size=1000)
+    commands = parser.feed(data) + parser.release_held()  # what follows the IDENTIFY is plain V2
     assert [(c.name, c.args, c.body, c.messages) for c in commands] == [
         (b"IDENTIFY", [], b'{"client_id":"x"}', None),
         (b"SUB", [b"t", b"c"], b"", None),

@@ -170,3 +170,70 @@ def test_expired_authorizations_are_renewed_before_the_command_is_checked() -> N
     assert next(received) == Reauthorize()
     s.authenticated(Allowed("other"))  # what the auth server says now
     assert next(received) == Publish("PUB", "other", [b"x"], 0)
+
+
+# -- waiting: a request the connection cannot answer at once holds back everything after it ---------------------
+
+def pieces(data: bytes, bytewise: bool) -> list[bytes]:
+    return [data[i:i + 1] for i in range(len(data))] if bytewise else [data]
+
+
+def taken(s: SessionV2, chunks: list[bytes], waits: type | None = None) -> list[Request]:
+    """The requests a connection takes from ``chunks`` received in turn, telling the session to wait at the first
+    request of type ``waits``."""
+    got: list[Request] = []
+    for chunk in chunks:
+        for request in s.receive(chunk):
+            got.append(request)
+            if request.__class__ is waits and not s.waiting:
+                s.wait()
+                break
+    return got
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "bytewise"])
+def test_nothing_after_an_auth_is_checked_until_the_auth_server_answered(bytewise: bool) -> None:
+    s = session(auth_enabled=True)
+    data = MAGIC_V2 + b"AUTH\n" + sized(b"secret") + b"PUB t\n" + sized(b"x") + b"NOP\nPUB t\n" + sized(b"y")
+    assert taken(s, pieces(data, bytewise), Auth) == [Auth(b"secret")]
+    assert s.waiting
+    assert list(s.receive(b"PUB t\n" + sized(b"z"))) == []  # kept, in order, while it waits
+    s.authenticated(Allowed("t"))
+    assert list(s.resume()) == [Publish("PUB", "t", [body], 0) for body in (b"x", b"y", b"z")]
+    assert not s.waiting
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "bytewise"])
+def test_commands_after_a_waiting_publish_come_out_once_it_is_answered(bytewise: bool) -> None:
+    s = session()
+    data = MAGIC_V2 + b"PUB t\n" + sized(b"x") + b"SUB t c\nRDY 5\n"
+    assert taken(s, pieces(data, bytewise), Publish) == [Publish("PUB", "t", [b"x"], 0)]
+    assert list(s.resume()) == [Subscribe("t", "c"), Ready(5)]
+
+
+def test_expired_authorizations_hold_back_their_command_while_they_are_renewed() -> None:
+    s = session(auth_enabled=True)
+    s.authenticated(Allowed("t", expired=True))
+    assert taken(s, [MAGIC_V2 + b"PUB t\n" + sized(b"x") + b"PUB t\n" + sized(b"y")], Reauthorize) == [
+        Reauthorize()]
+    s.authenticated(Allowed("t"))
+    assert list(s.resume()) == [Publish("PUB", "t", [b"x"], 0), Publish("PUB", "t", [b"y"], 0)]
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "bytewise"])
+def test_what_follows_an_identify_that_upgraded_nothing_is_read_as_it_is(bytewise: bool) -> None:
+    s = session()
+    data = MAGIC_V2 + b"IDENTIFY\n" + sized(b"{}") + b"PUB t\n" + sized(b"x")
+    assert taken(s, pieces(data, bytewise)) == [Identify(b"{}"), Publish("PUB", "t", [b"x"], 0)]
+    assert s.take_held() == b""
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "bytewise"])
+def test_what_follows_an_identify_is_handed_back_unread_for_an_upgrade(bytewise: bool) -> None:
+    s = session()
+    compressed = b"\xff\x06\x00\x00sNaPpY" + b"PUB t\n"  # whatever the client sends once it compresses
+    data = MAGIC_V2 + b"IDENTIFY\n" + sized(b'{"snappy":true}') + compressed
+    assert taken(s, pieces(data, bytewise), Identify) == [Identify(b'{"snappy":true}')]
+    assert s.take_held() == compressed
+    s.resume()
+    assert requests(s, b"PUB t\n" + sized(b"x"), magic=False) == [Publish("PUB", "t", [b"x"], 0)]
