@@ -113,7 +113,7 @@ class CommandParser(MagicFirst):
         # an MPUB whose messages are still arriving; the pending bytes then start at its next message
         self._partial_mpub: _PartialMpub | None = None
         # after an IDENTIFY: the pending bytes are held unparsed until the caller knows how they are framed
-        self._holding = False
+        self.holding = False
 
     def feed(self, data: bytes) -> list[Command]:
         if self._stopped:
@@ -122,7 +122,7 @@ class CommandParser(MagicFirst):
             data, instead = self._strip_magic(data)
             if instead is not None:
                 return instead
-        if self._holding:
+        if self.holding:
             self._pending += data
             return []
         if self._pending:
@@ -141,17 +141,17 @@ class CommandParser(MagicFirst):
     def take_held(self) -> bytes:
         """The bytes received after an IDENTIFY, unparsed and forgotten here: the connection upgraded, and they
         are to be unframed first (inflated)."""
-        held = bytes(self._pending) if self._holding else b""
-        if self._holding:
-            self._holding = False
+        held = bytes(self._pending) if self.holding else b""
+        if self.holding:
+            self.holding = False
             self._pending.clear()
         return held
 
     def release_held(self) -> list[Command]:
         """The commands in the bytes held after an IDENTIFY that upgraded nothing."""
-        if not self._holding:
+        if not self.holding:
             return []
-        self._holding = False
+        self.holding = False
         held = bytes(self._pending)
         self._pending.clear()
         return self.feed(held)
@@ -192,7 +192,7 @@ class CommandParser(MagicFirst):
             if command is None or not self._keep(command, commands):
                 return pos
             if name == b"IDENTIFY":
-                self._holding = True
+                self.holding = True
                 return pos
         return pos
 

@@ -188,22 +188,23 @@ class SessionV2:
         return self._parser.take_held()
 
     def _requests(self) -> Iterator[Request]:
-        commands = self._commands
+        commands, parser = self._commands, self._parser
         while not self.waiting:
             if not commands:
-                # the bytes after an IDENTIFY that upgraded nothing (asked for once its request was acted on)
-                commands.extend(self._parser.release_held())
-                if not commands:
+                if not parser.holding:
                     return
-            command = commands[0]
+                # the bytes after an IDENTIFY that upgraded nothing (its request was acted on by now)
+                commands.extend(parser.release_held())
+                continue
+            command = commands.popleft()
             if self.tls_pending and command.name != b"IDENTIFY":
                 name = b"FIN" if command.name == FIN_RUN else command.name
                 raise FatalClientError("E_INVALID", f"cannot {_text(name)} in current state (TLS required)")
             if self.authorizations is not None and command.name in _AUTHORIZED \
                     and self.authorizations.is_expired(self._clock()):
-                yield _REAUTHORIZE  # the command stays first, checked again once ``authenticated`` renewed them
+                commands.appendleft(command)  # checked again once ``authenticated`` renewed them
+                yield _REAUTHORIZE
                 continue
-            commands.popleft()
             request = _CHECKS.get(command.name, _unknown)(self, command)
             if request is not None:
                 yield request
