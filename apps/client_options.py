@@ -12,7 +12,7 @@ from typing import Any, Callable
 from shared.addresses import split_host_port
 from shared.client import Consumer
 from shared.flags import FlagError, parse_duration
-from shared.names import go_quote
+from shared.protocol.names import go_quote
 
 
 def _milliseconds(value: str) -> int:

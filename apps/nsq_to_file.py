@@ -35,7 +35,7 @@ from typing import Any
 from shared.client import Consumer, Message, user_agent
 from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers
 from shared.flags import FlagError, option, require_positive
-from shared.names import is_valid_name
+from shared.protocol.names import is_valid_name
 from shared.program import ProgramOptions, run_tool
 from shared.version import version_line
 

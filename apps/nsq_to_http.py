@@ -26,7 +26,7 @@ from yarl import URL
 
 from shared.client import Message, user_agent
 from shared.flags import FlagError, option, require_positive
-from shared.names import is_valid_topic_name
+from shared.protocol.names import is_valid_topic_name
 from shared.program import run_tool
 from shared.version import VERSION, version_line
 

@@ -27,7 +27,7 @@ from typing import Any
 from shared.client import Message, Producer, user_agent
 from shared.client.consumer import Handler
 from shared.flags import FlagError, option
-from shared.names import is_valid_topic_name
+from shared.protocol.names import is_valid_topic_name
 from shared.program import run_tool
 from shared.version import version_line
 

@@ -18,7 +18,7 @@ from shared.client import Consumer, Message
 from shared.client.consumer import Handler
 from shared.flags import FlagError, option
 from shared.log_format import describe
-from shared.names import is_valid_channel_name
+from shared.protocol.names import is_valid_channel_name
 from shared.program import ProgramOptions
 
 from .client_options import check_sources, consumer_settings

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from shared.client import ConnectError, NSQError, Pipeline, Producer, user_agent
 from shared.flags import FlagError, option
 from shared.log_format import describe
-from shared.names import is_valid_topic_name
+from shared.protocol.names import is_valid_topic_name
 from shared.program import ProgramOptions, run_tool
 from shared.version import version_line
 

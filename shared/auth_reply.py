@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import go_json
-from .names import go_quote
+from .protocol.names import go_quote
 
 PERMISSIONS = frozenset({"subscribe", "publish"})
 

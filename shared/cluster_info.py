@@ -29,7 +29,7 @@ import aiohttp
 from .addresses import join_host_port
 from .http_conventions import ACCEPT_V1
 from .log_format import describe
-from .names import go_quote
+from .protocol.names import go_quote
 
 Json = dict[str, Any]
 T = TypeVar("T")

@@ -24,7 +24,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from shared.http_api import Handler, HTTPError, json_response, nsq_errors, redirect_fixed_paths
-from shared.names import is_valid_channel_name, is_valid_topic_name
+from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 from shared.runtime_config import address_list, option_value, set_log_level
 
 from . import security, web_ui

@@ -23,7 +23,7 @@ from shared.http_api import (
     nsq_errors,
     redirect_fixed_paths,
 )
-from shared.names import go_quote, is_valid_channel_name, is_valid_topic_name
+from shared.protocol.names import go_quote, is_valid_channel_name, is_valid_topic_name
 
 from .registration_db import Registration, active
 

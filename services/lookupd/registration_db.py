@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from shared.names import is_ephemeral
+from shared.protocol.names import is_ephemeral
 
 
 class Registration(NamedTuple):

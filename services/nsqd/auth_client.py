@@ -27,7 +27,7 @@ from yarl import URL
 from shared import go_json
 from shared.auth_reply import AuthError, AuthState, parse_auth_reply
 from shared.http_conventions import ACCEPT_V1
-from shared.names import go_quote
+from shared.protocol.names import go_quote
 
 METHODS = ("get", "post")
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from shared.names import is_ephemeral
+from shared.protocol.names import is_ephemeral
 
 from .deadline_queue import DeadlineQueue
 from .latency_window import DISABLED, LatencyWindow

@@ -35,7 +35,7 @@ import httptools
 
 from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS, cross_site_source
 from shared.http_conventions import HTTPError
-from shared.names import go_quote
+from shared.protocol.names import go_quote
 
 from .http_router import Request, Response, Router, error_response
 

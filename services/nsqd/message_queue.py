@@ -27,7 +27,7 @@ from collections import deque
 from itertools import islice
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from shared.names import is_ephemeral
+from shared.protocol.names import is_ephemeral
 
 from .disk_queue import MIN_RECORD, DiskQueue, QueueFull
 from .health import Health

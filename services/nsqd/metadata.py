@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shared.flags import format_duration, parse_duration
-from shared.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
+from shared.protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
 from shared.version import VERSION
 
 from . import atomic_file

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from shared.addresses import join_host_port
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
-from shared.names import is_ephemeral, is_valid_channel_name
+from shared.protocol.names import is_ephemeral, is_valid_channel_name
 from shared.version import VERSION
 
 from . import atomic_file, identify, metadata, tls

@@ -22,7 +22,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from shared.flags import format_duration
-from shared.names import is_ephemeral
+from shared.protocol.names import is_ephemeral
 
 from .channel import Channel
 from .disk_queue import QueueFull

@@ -45,7 +45,7 @@ from shared.client import NSQError, NSQProtocolError, Pipeline, Producer
 from shared.client.lookupd import lookup_nodes
 from shared.event_loop import new_event_loop
 from shared.log_format import describe
-from shared.names import is_valid_topic_name
+from shared.protocol.names import is_valid_topic_name
 
 from .options import NSQOptions, OptionError, parse_options
 

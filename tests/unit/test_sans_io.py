@@ -1,4 +1,5 @@
-"""shared/protocol is sans-I/O: no module in it imports asyncio, socket or aiohttp, directly or through another."""
+"""shared/protocol is sans-I/O: no module in it imports asyncio, socket or aiohttp, directly or through another;
+and it stands alone: nothing of the project outside the package."""
 
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ def test_module_imports_no_io(path: Path) -> None:
     assert not {name for name in imported if name.split(".")[0] in FORBIDDEN}
     # no dynamic imports that would hide one
     assert "__import__" not in imported and "importlib.import_module" not in imported
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[path.name for path in MODULES])
+def test_module_imports_nothing_of_the_project_outside_the_package(path: Path) -> None:
+    assert not {name for name in imported_modules(path) if name.split(".")[0] in {"shared", "services", "apps"}}
 
 
 def test_importing_the_package_loads_no_io_module() -> None:

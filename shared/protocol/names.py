@@ -1,4 +1,5 @@
-"""Topic and channel names: 1 to 64 characters of ``[.a-zA-Z0-9_-]``, optionally ending in ``#ephemeral``."""
+"""Topic and channel names as the wire protocols take them: 1 to 64 characters of ``[.a-zA-Z0-9_-]``, optionally
+ending in ``#ephemeral``; and ``go_quote``, how NSQ's error texts quote them."""
 
 from __future__ import annotations
 
