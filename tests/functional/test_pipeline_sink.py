@@ -233,7 +233,8 @@ async def test_chunks_a_dead_node_does_not_take_go_to_the_next(nsqd: NSQDProcess
     import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 
     from services.pipeline.options import parse_options
-    from services.pipeline.sink import CHUNKS_IN_FLIGHT, SinkConfig, publish
+    from services.pipeline.chunk_router import CHUNKS_IN_FLIGHT
+    from services.pipeline.sink import SinkConfig, publish
 
     dead = f"127.0.0.1:{closed_port()}"
     options = parse_options({"nsqd_tcp_address": f"{dead},{nsqd_address(nsqd)}", "topic": "t", "mpub_chunk": "2",
@@ -253,12 +254,12 @@ async def test_chunks_a_node_stops_answering_go_to_the_next(nsqd_factory: Callab
     """A node that took a chunk, then answers nothing within publish_timeout: the chunks written to it since go to
     the other node, and only what it acknowledged is counted as its."""
     from services.pipeline.options import parse_options
-    from services.pipeline.sink import Chunk, ChunkRouter, SinkConfig
+    from services.pipeline.chunk_router import Chunk, ChunkRouter
 
     silent, live = sorted((nsqd_factory(), nsqd_factory()), key=nsqd_address)  # the ring's order: silent first
     options = parse_options({"nsqd_tcp_address": f"{nsqd_address(silent)},{nsqd_address(live)}", "topic": "t",
                              "publish_timeout": "0.5"})
-    router = ChunkRouter(SinkConfig(options, "body"), start=0)
+    router = ChunkRouter(options, start=0)
     try:
         await router.send(Chunk("t", [b"0", b"1"]))
         # on a thread: the loop must run meanwhile, to write the chunk
@@ -282,7 +283,8 @@ async def test_a_chunk_every_node_would_refuse_fails_at_once(nsqd_factory: Calla
     import pyarrow as pa
 
     from services.pipeline.options import parse_options
-    from services.pipeline.sink import SinkConfig, SinkError, publish
+    from services.pipeline.chunk_router import SinkError
+    from services.pipeline.sink import SinkConfig, publish
 
     nodes = [nsqd_factory("--max-msg-size=100") for _ in range(2)]
     options = parse_options({"nsqd_tcp_address": ",".join(map(nsqd_address, nodes)), "topic": "t"})
