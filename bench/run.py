@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench import http_load, load, sinks
+from bench.machine import machine_line
 from tests.processes import ROOT, NSQDProcess, start_nsqd
 
 TOPIC = "bench"
@@ -97,6 +98,7 @@ def main() -> None:
                         help="also run (a) and (c) with --mem-queue-size=0 and a channel: every message through "
                              "the disk queue of the channel")
     args = parser.parse_args()
+    print(machine_line(), flush=True)
     # nsqd runs as an installed package does, from compiled bytecode (compiling at every start costs memory)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     for package in ("shared", "services", "apps"):
