@@ -26,12 +26,12 @@ crash loses nothing in flight, requeued or deferred, and delivers deferred messa
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from shared.protocol.names import is_ephemeral
 
 from .deadline_queue import DeadlineQueue
-from .latency_window import DISABLED, LatencyWindow
+from .latency_window import LatencyWindow
 from .message import QueuedMessage, DeferredMessage, InFlightMessage, decode, encode
 
 if TYPE_CHECKING:
@@ -395,32 +395,6 @@ class Channel:
         self.exiting = True
         for client in list(self.clients.values()):
             client.close()
-
-    # -- stats ----------------------------------------------------------------------------------------------
-
-    def stats(self, include_clients: bool, now: float) -> dict[str, Any]:
-        clients = [client.stats() for client in self.clients.values()] if include_clients else None
-        stats: dict[str, Any] = {
-            "channel_name": self.name, "depth": self.depth, "backend_depth": self.backend_depth,
-            "in_flight_count": len(self.in_flight), "deferred_count": len(self.deferred),
-            "message_count": self.message_count,
-        }
-        if self.delivered_count:
-            stats["global_msg_count"] = self.delivered_count  # omitted when 0, as NSQ does
-        stats.update({
-            "requeue_count": self.requeue_count, "timeout_count": self.timeout_count,
-            "client_count": len(self.clients), "clients": clients, "paused": self.paused,
-            "e2e_processing_latency": self.e2e.result(now) if self.e2e is not None else DISABLED,
-        })
-        if self._opts.max_bytes_per_queue:  # beyond NSQ: only with the cap
-            stats["dropped_count"] = self.dropped_count
-        if self.ttl_ns or self.expired_count:  # beyond NSQ: only with a TTL
-            stats["expired_count"] = self.expired_count
-        if self.max_attempts or self.dead_letter_count or self.dead_letters:  # beyond NSQ: only with dead letters
-            stats["max_attempts"] = self.max_attempts
-            stats["dead_letter_count"] = self.dead_letter_count
-            stats["dead_letter_depth"] = len(self.dead_letters)
-        return stats
 
 
 # a message frame's bytes besides the body: size, frame type, timestamp, attempts, ID

@@ -1,4 +1,5 @@
-"""/stats: the snapshot nsqd reports, as NSQ's JSON and text formats, computed only when asked.
+"""/stats: the snapshot nsqd reports, as NSQ's JSON and text formats, computed only when asked: each topic's and
+channel's figures read from them here (as NSQ's ``NewTopicStats`` and ``NewChannelStats``), not by them.
 
 The ``memory`` block keeps NSQ's Go field names, filled from what CPython has: allocated blocks stand in for
 heap objects, resident memory for heap in use, and GC pauses are timed through ``gc.callbacks``. Fields with
@@ -17,8 +18,13 @@ from typing import TYPE_CHECKING, Any
 from shared.flags import format_duration
 from shared.version import VERSION, version_line
 
+from .latency_window import DISABLED, summarize
+
 if TYPE_CHECKING:
+    from .channel import Channel
     from .nsqd import NSQD
+    from .options import Options
+    from .topic import Topic
 
 
 class GCPauses:
@@ -87,12 +93,62 @@ def _topics(nsqd: NSQD, topic: str | None, channel: str | None, include_clients:
     topics = []
     for name in sorted(nsqd.topics) if topic is None else [topic]:
         if channel is None or channel in nsqd.topics[name].channels:
-            topic_stats = nsqd.topics[name].stats(channel, include_clients, now)
-            for channel_stats in topic_stats["channels"]:
-                for client_stats in channel_stats["clients"] or []:
+            entry = topic_stats(nsqd.topics[name], nsqd.opts, channel, include_clients, now)
+            for channel_entry in entry["channels"]:
+                for client_stats in channel_entry["clients"] or []:
                     _narrow_pub_counts(client_stats, topic)
-            topics.append(topic_stats)
+            topics.append(entry)
     return topics
+
+
+def topic_stats(topic: Topic, opts: Options, channel_name: str | None, include_clients: bool,
+                now: float) -> dict[str, Any]:
+    """A topic's entry, with its channels' (or only ``channel_name``'s)."""
+    names = sorted(topic.channels) if channel_name is None else [channel_name]
+    channels = [channel_stats(topic.channels[name], opts, include_clients, now) for name in names]
+    stats = {
+        "topic_name": topic.name, "channels": channels, "depth": topic.depth, "backend_depth": topic.backend_depth,
+        "message_count": topic.message_count, "message_bytes": topic.message_bytes, "paused": topic.paused,
+        "e2e_processing_latency": _topic_e2e(topic, opts, now),
+    }
+    if opts.max_bytes_per_queue:  # beyond NSQ: only with the cap
+        stats["dropped_count"] = topic.dropped_count
+    if topic.ttl_ns:  # beyond NSQ: only with a TTL
+        stats["ttl"] = format_duration(topic.ttl_ns / 1e9)
+    return stats
+
+
+def _topic_e2e(topic: Topic, opts: Options, now: float) -> dict[str, Any]:
+    windows = [channel.e2e for channel in topic.channels.values() if channel.e2e is not None]
+    if not windows:
+        return DISABLED  # NSQ merges its channels' streams: with none there is nothing to report
+    return summarize(opts.e2e_processing_latency_percentiles,
+                     [part for window in windows for part in window.parts(now)])
+
+
+def channel_stats(channel: Channel, opts: Options, include_clients: bool, now: float) -> dict[str, Any]:
+    clients = [client.stats() for client in channel.clients.values()] if include_clients else None
+    stats: dict[str, Any] = {
+        "channel_name": channel.name, "depth": channel.depth, "backend_depth": channel.backend_depth,
+        "in_flight_count": len(channel.in_flight), "deferred_count": len(channel.deferred),
+        "message_count": channel.message_count,
+    }
+    if channel.delivered_count:
+        stats["global_msg_count"] = channel.delivered_count  # omitted when 0, as NSQ does
+    stats.update({
+        "requeue_count": channel.requeue_count, "timeout_count": channel.timeout_count,
+        "client_count": len(channel.clients), "clients": clients, "paused": channel.paused,
+        "e2e_processing_latency": channel.e2e.result(now) if channel.e2e is not None else DISABLED,
+    })
+    if opts.max_bytes_per_queue:  # beyond NSQ: only with the cap
+        stats["dropped_count"] = channel.dropped_count
+    if channel.ttl_ns or channel.expired_count:  # beyond NSQ: only with a TTL
+        stats["expired_count"] = channel.expired_count
+    if channel.max_attempts or channel.dead_letter_count or channel.dead_letters:  # beyond NSQ: dead letters
+        stats["max_attempts"] = channel.max_attempts
+        stats["dead_letter_count"] = channel.dead_letter_count
+        stats["dead_letter_depth"] = len(channel.dead_letters)
+    return stats
 
 
 def _narrow_pub_counts(client_stats: dict[str, Any], topic: str | None) -> dict[str, Any]:

@@ -19,14 +19,12 @@ from __future__ import annotations
 import asyncio
 import time
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
-from shared.flags import format_duration
 from shared.protocol.names import is_ephemeral
 
 from .channel import Channel
 from .disk_queue import QueueFull
-from .latency_window import DISABLED, summarize
 from .guid import GuidFactory
 from .message import QueuedMessage, decode, encode
 
@@ -204,7 +202,7 @@ class Topic:
         channel = self.channels.get(name)
         if channel is None:
             channel = Channel(self.name, name, self._opts, self._storage, self._channel_lost_last_client)
-            channel.ttl_ns = self._ttl_ns
+            channel.ttl_ns = self.ttl_ns
             self.channels[name] = channel
             self._pump_backlog()
             self._on_channel_change(self)
@@ -214,10 +212,10 @@ class Topic:
         """The topic's own message TTL (0: none), or None for ``--msg-ttl``."""
         self.ttl = seconds
         for channel in self.channels.values():
-            channel.ttl_ns = self._ttl_ns
+            channel.ttl_ns = self.ttl_ns
 
     @property
-    def _ttl_ns(self) -> int:
+    def ttl_ns(self) -> int:
         return round((self._opts.msg_ttl if self.ttl is None else self.ttl) * 1e9)
 
     def delete_channel(self, name: str) -> Channel | None:
@@ -264,26 +262,3 @@ class Topic:
             channel.flush_to_disk()
         held, self._held_deferred = self._held_deferred, []
         self.queue.flush_to_disk([], [(defer_ms, encode(entry)) for entry, defer_ms in held])
-
-    # -- stats ----------------------------------------------------------------------------------------------
-
-    def stats(self, channel_name: str | None, include_clients: bool, now: float) -> dict[str, Any]:
-        names = sorted(self.channels) if channel_name is None else [channel_name]
-        channels = [self.channels[name].stats(include_clients, now) for name in names]
-        stats = {
-            "topic_name": self.name, "channels": channels, "depth": self.depth, "backend_depth": self.backend_depth,
-            "message_count": self.message_count, "message_bytes": self.message_bytes, "paused": self.paused,
-            "e2e_processing_latency": self._e2e(now),
-        }
-        if self._opts.max_bytes_per_queue:  # beyond NSQ: only with the cap
-            stats["dropped_count"] = self.dropped_count
-        if self._ttl_ns:  # beyond NSQ: only with a TTL
-            stats["ttl"] = format_duration(self._ttl_ns / 1e9)
-        return stats
-
-    def _e2e(self, now: float) -> dict[str, Any]:
-        windows = [channel.e2e for channel in self.channels.values() if channel.e2e is not None]
-        if not windows:
-            return DISABLED  # NSQ merges its channels' streams: with none there is nothing to report
-        return summarize(self._opts.e2e_processing_latency_percentiles,
-                         [part for window in windows for part in window.parts(now)])

@@ -11,6 +11,7 @@ from services.nsqd.channel import Channel, ChannelError
 from services.nsqd.client import Client
 from services.nsqd.message_queue import Storage
 from services.nsqd.message import QueuedMessage
+from services.nsqd.stats import channel_stats
 from tests.unit.nsqd_fixtures import RecordingTransport, make_client, options
 
 
@@ -193,7 +194,7 @@ def test_messages_past_the_ttl_are_dropped_as_they_are_taken_to_be_delivered() -
     channel.update_ready(client)
     assert [m.body for m in transport.messages()] == [b"body4"]
     assert channel.expired_count == 2 and channel.depth == 0
-    assert channel.stats(False, time.monotonic())["expired_count"] == 2
+    assert channel_stats(channel, options(msg_ttl=60.0), False, time.monotonic())["expired_count"] == 2
 
 
 def test_a_batch_delivery_leaves_out_what_is_past_the_ttl() -> None:
@@ -218,4 +219,4 @@ def test_a_message_delivered_max_attempts_times_is_parked_then_replayed_with_att
     channel.set_max_attempts(0)  # the channel's own: none
     assert channel.replay(10) == 1 and len(channel.dead_letters) == 0
     assert transport.messages()[0].attempts == 1
-    assert channel.stats(False, time.monotonic())["dead_letter_count"] == 1
+    assert channel_stats(channel, options(max_attempts=2), False, time.monotonic())["dead_letter_count"] == 1
