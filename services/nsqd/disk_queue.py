@@ -18,7 +18,10 @@ A record that cannot be read (a size out of bounds, or a file that ends mid-reco
 A full disk: a put is all or nothing, so a publish the disk refuses is refused whole; a batch that passes the
 end of its file and is refused in the next (or at the roll's metadata) is taken back, records, files and all.
 Files done are deleted even when the disk has no room for the metadata that should stop naming them first (kept,
-they would keep a full disk full); a restart goes on past a file the metadata names that is gone.
+they would keep a full disk full); a restart goes on past a file the metadata names that is gone. A put the disk
+refuses while the write file is read to its end starts a new file and tries once more: the file read is then done
+and deleted, which a disk filled inside one file (under --max-bytes-per-file) needs to get its space back (NSQ
+keeps writing to that file).
 
 A queue that holds what it hands out until it is finished (``hold_key``, a channel's at ``--mem-queue-size=0``)
 records the position of every record it read, under the record's key (the message ID), until ``release(key)``.
@@ -43,6 +46,7 @@ holds mostly ones that are gone (the caller's choice: it knows which are still d
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -135,6 +139,14 @@ class DiskQueue:
     def put(self, payloads: list[bytes], capped: bool = True) -> None:
         """Appends every payload, or raises OSError (or QueueFull, unless not ``capped``) having appended none (a
         partial write is cut back)."""
+        try:
+            self._put(payloads, capped)
+        except OSError as error:
+            if not self._fresh_file_for(error):
+                raise
+            self._put(payloads, capped)
+
+    def _put(self, payloads: list[bytes], capped: bool) -> None:
         if not payloads:
             return
         if len(payloads) == 1 and MIN_RECORD <= len(payloads[0]) <= self._max_record:
@@ -159,6 +171,14 @@ class DiskQueue:
     def put_records(self, records: list[bytes]) -> None:
         """``put`` for records as ``read(framed=True)`` returns them, size prefix included (another queue's, moved
         as they are)."""
+        try:
+            self._put_framed(records)
+        except OSError as error:
+            if not self._fresh_file_for(error):
+                raise
+            self._put_framed(records)
+
+    def _put_framed(self, records: list[bytes]) -> None:
         total = sum(map(len, records))
         if self._max_bytes:
             self._make_room(total)
@@ -194,6 +214,26 @@ class DiskQueue:
             os.truncate(self.file_path(before.write_file), before.write_pos)
         self._positions = before
         self._unsynced = unsynced + 1
+
+    def _fresh_file_for(self, error: OSError) -> bool:
+        """After the disk ran out of room: if the write file is read to its end, writing goes on in a new file,
+        and the one read is deleted once nothing in it is unfinished (at the roll's sync, or a later one). Whether
+        it did: then the put is worth trying once more."""
+        positions = self._positions
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT) or \
+                not (positions.read_file == positions.write_file and 0 < positions.write_pos <= positions.read_pos):
+            return False
+        before, unsynced = replace(positions), self._unsynced
+        self._close_reader()
+        positions.read_file, positions.read_pos = positions.write_file + 1, 0
+        try:
+            self._roll()
+        except OSError:
+            self._take_back(before, unsynced)
+            return False
+        log.info("DISKQUEUE(%s): the disk is full and %s is read: going on in a new file", self.name,
+                 self.file_path(before.write_file).name)
+        return True
 
     def _write(self, data: bytes, count: int) -> None:
         if not data:

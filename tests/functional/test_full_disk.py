@@ -129,6 +129,84 @@ def test_a_batch_the_full_disk_takes_part_of_leaves_none_of_it_behind(small_disk
     restarted.close()
 
 
+def filled_inside_one_file(queue: DiskQueue) -> list[bytes]:
+    """What ``queue`` took, in 100 KiB records, before the disk refused one."""
+    taken: list[bytes] = []
+    with pytest.raises(OSError):
+        for n in range(1000):
+            payload = (b"%016d" % n).ljust(100 * 1024, b"p")
+            queue.put([payload])
+            taken.append(payload)
+    return taken
+
+
+def queue_files(disk: Path) -> list[str]:
+    return sorted(path.name for path in disk.glob("q.diskqueue.0*.dat"))
+
+
+def test_a_disk_filled_inside_one_file_gets_its_space_back_once_the_file_is_read(small_disk: Path) -> None:
+    """Under the default --max-bytes-per-file (100 MB) a small disk fills inside the queue's first file. Once all of
+    it is read, the next put goes to a new file and the one read is deleted (NSQ writes on in it: the disk stays
+    full for good)."""
+    queue = DiskQueue("q", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20, sync_every=1)
+    taken = filled_inside_one_file(queue)
+    assert len(taken) >= (DISK_MB - 1) * 10 and len(queue_files(small_disk)) == 1
+    first_file = queue_files(small_disk)
+    assert queue.read(len(taken)) == taken
+    after = [body(b"after%d" % n, 100 * 1024) for n in range(len(taken) - 2)]  # about as much again
+    for payload in after:
+        queue.put([payload])
+    assert queue_files(small_disk) != first_file and len(queue_files(small_disk)) == 1
+    queue.close()
+    restarted = DiskQueue("q", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20,
+                          sync_every=1)
+    assert restarted.read(len(after) + 1) == after
+    restarted.close()
+
+
+def test_a_full_file_read_at_mem_queue_size_0_is_freed_once_its_messages_are_finished(small_disk: Path) -> None:
+    """What is read and held (in flight) cannot go: puts are refused until it is finished, then the file goes."""
+    queue = DiskQueue("q", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20, sync_every=1,
+                      hold_key=lambda payload: payload[:16])
+    taken = filled_inside_one_file(queue)
+    assert queue.read(len(taken)) == taken
+    with pytest.raises(OSError):
+        queue.put([body(b"refused", 100 * 1024)])
+    for payload in taken:
+        queue.release(payload[:16])
+    queue.sync_job()()  # nsqd's next sync
+    queue.put([body(b"after", 100 * 1024)])
+    queue.close()
+    restarted = DiskQueue("q", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20,
+                          sync_every=1, hold_key=lambda payload: payload[:16])
+    assert restarted.read(len(taken)) == [body(b"after", 100 * 1024)]
+    restarted.close()
+
+
+async def test_an_nsqd_whose_disk_filled_inside_one_file_publishes_again_once_it_is_consumed(
+        small_disk: Path) -> None:
+    """The default --max-bytes-per-file (100 MB) on a 6 MB disk, every message through it (--mem-queue-size=0):
+    once a consumer has finished everything, a publish is taken again and /ping says OK, without a restart."""
+    nsqd = start_nsqd(*FAST_SCAN, "--sync-every=1", "--mem-queue-size=0", data_path=small_disk)
+    try:
+        assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
+        assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
+        consumer = await WireClient.connect(nsqd.tcp_address)
+        await consumer.subscribe("t", "c", rdy=0)
+        acknowledged, _ = await publish_until_refused(nsqd)
+        assert nsqd.http("GET", "/ping")[0] == 500
+        received = await drain(consumer, set(acknowledged))
+        assert sum(received.values()) == len(acknowledged)
+        after = [body(b"after%d" % n) for n in range(BATCH)]
+        wait_for(lambda: nsqd.http("POST", "/mpub?topic=t", b"\n".join(after))[0] == 200,
+                 what="a publish accepted again")
+        assert nsqd.http("GET", "/ping")[::2] == (200, b"OK")
+        assert set(await drain(consumer, set(after))) == set(after)
+        await consumer.close()
+    finally:
+        nsqd.stop()
+
+
 async def test_finishing_what_a_consumer_held_frees_a_full_disk(small_disk: Path) -> None:
     """At --mem-queue-size=0 a segment read while its messages were in flight is deleted once they are finished,
     at the next sync. On a full disk that sync cannot write the metadata first: the segment goes all the same,
