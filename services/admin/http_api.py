@@ -6,9 +6,9 @@ Beyond nsqadmin, ``GET /api/peek/:topic[/:channel]`` gathers the messages queued
 reach every nsqd with the channel (a replay answers how many messages went back, ``replayed``).
 
 Reads answer 502 ``UPSTREAM_ERROR: ...`` when every host failed and 200 with ``"message": "WARNING: ..."`` when some
-did. Actions need an admin (``--admin-user`` via the login or ``--acl-http-header``; everyone when no admin is
-configured) and are written to the audit log, with nsqadmin's notification, whatever their outcome. Before any of
-that, ``security`` refuses what a browser sent for another site, without the page's token or not as JSON: an
+did. Actions (``actions``) need an admin (``--admin-user`` via the login or ``--acl-http-header``; everyone when no
+admin is configured) and are written to the audit log, with nsqadmin's notification, whatever their outcome. Before
+any of that, ``security`` refuses what a browser sent for another site, without the page's token or not as JSON: an
 action refused, there or for want of an admin, is audited as ``refused: ...`` and not notified.
 """
 
