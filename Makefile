@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml shared/version.py
 up: $(STAMP)
 	$(BIN)/python deploy/run_local.py $(if $(DATA_PATH),--data-path=$(DATA_PATH)) $(ARGS)
 
-## run every test: type checks, unit tests, functional tests against real processes
+## run every test: type checks, unit tests, functional tests against real processes, in TEST_WORKERS processes
+## (3: most of a test's time is spent waiting on the processes it drives; TEST_WORKERS=0 runs them in this one)
+TEST_WORKERS ?= 3
 test: $(STAMP) typecheck test-programs
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
