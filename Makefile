@@ -18,8 +18,8 @@ up: $(STAMP)
 	$(BIN)/python deploy/run_local.py $(if $(DATA_PATH),--data-path=$(DATA_PATH)) $(ARGS)
 
 ## run every test: type checks, unit tests, functional tests against real processes, in TEST_WORKERS processes
-## (3: most of a test's time is spent waiting on the processes it drives; TEST_WORKERS=0 runs them in this one)
-TEST_WORKERS ?= 3
+## (4 on 2 cores: most of a test's time is spent waiting on the processes it drives; TEST_WORKERS=0: in this one)
+TEST_WORKERS ?= 4
 test: $(STAMP) typecheck test-programs
 	$(BIN)/pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
