@@ -93,6 +93,9 @@ class DiskQueue:
         self._unsynced = 0
         self._positions = self._load_positions()
         self._first_file = self._positions.read_file  # the oldest file still on disk
+        # the write file the metadata on disk names: records go only to a file it names (else a restart would not
+        # look for them there)
+        self._meta_write_file = self._positions.write_file
         # what was read and is not finished yet: key -> (file, position, number of records read before it)
         self._hold_key = hold_key
         self._held: dict[bytes, tuple[int, int, int]] = {}  # in read order
@@ -223,16 +226,24 @@ class DiskQueue:
         if error.errno not in (errno.ENOSPC, errno.EDQUOT) or \
                 not (positions.read_file == positions.write_file and 0 < positions.write_pos <= positions.read_pos):
             return False
-        before, unsynced = replace(positions), self._unsynced
+        read = self.file_path(positions.write_file).name
+        if self._write_fd is not None:
+            try:
+                os.fsync(self._write_fd)  # what it holds in flight stays as durable as it was to be
+            except OSError:
+                return False
+            os.close(self._write_fd)
+            self._write_fd = None
         self._close_reader()
-        positions.read_file, positions.read_pos = positions.write_file + 1, 0
+        positions.write_file += 1
+        positions.write_pos = positions.read_pos = 0
+        positions.read_file = positions.write_file
         try:
-            self._roll()
+            self.sync_job()()
         except OSError:
-            self._take_back(before, unsynced)
+            # the new file is written to once the metadata names it (_open_write_file), never before
             return False
-        log.info("DISKQUEUE(%s): the disk is full and %s is read: going on in a new file", self.name,
-                 self.file_path(before.write_file).name)
+        log.info("DISKQUEUE(%s): the disk is full and %s is read: going on in a new file", self.name, read)
         return True
 
     def _write(self, data: bytes, count: int) -> None:
@@ -285,6 +296,8 @@ class DiskQueue:
 
     def _open_write_file(self) -> int:
         if self._write_fd is None:
+            if self._positions.write_file != self._meta_write_file:
+                self.sync_job()()  # raises OSError when it cannot: then nothing is written either
             path = self.file_path(self._positions.write_file)
             self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
             os.lseek(self._write_fd, self._positions.write_pos, os.SEEK_SET)
@@ -475,6 +488,7 @@ class DiskQueue:
                     # and goes on with the next file.
                     _unlink(done_files)
                     _write_meta(self.meta_path, snapshot)
+                self._meta_write_file = snapshot.write_file
             _unlink(done_files)  # once the metadata no longer names them
 
         return run

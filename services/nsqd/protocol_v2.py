@@ -145,7 +145,7 @@ class ConnectionV2(asyncio.Protocol):
         client.set_write_paused(paused)
         if paused and client.channel is None:
             self.transport.pause_reading()
-        elif not paused and not self.session.waiting:
+        elif not paused and self._may_read():
             self.transport.resume_reading()
 
     def _limit_unread_replies(self) -> None:
@@ -240,9 +240,17 @@ class ConnectionV2(asyncio.Protocol):
         self._run(self.session.resume())
         if self._inflating is not None:
             self._run_inflated()
-        client = self.client
-        if not (self.session.waiting or self.transport.is_closing() or client.write_paused and client.channel is None):
+        if self._may_read():
             self.transport.resume_reading()
+
+    def _may_read(self) -> bool:
+        """Whether reading may go on: no request waits, and the client is not one that backpressure stops reading
+        (a producer whose replies are not read, or a consumer past ``_UNREAD_REPLIES_LIMIT``)."""
+        client = self.client
+        if self.session.waiting or self.transport.is_closing():
+            return False
+        return not client.write_paused or (client.channel is not None
+                                           and self.transport.get_write_buffer_size() <= _UNREAD_REPLIES_LIMIT)
 
     async def _answer_when_done(self, work: Awaitable[bytes | None]) -> None:
         """A request's answer once what it waits for is done; a refusal closes the connection."""
@@ -319,9 +327,6 @@ class ConnectionV2(asyncio.Protocol):
         self.transport = transport
         client.upgraded_to_tls(transport)
         self.session.upgraded_to_tls()
-        if early := self.session.take_held():
-            # sent before the handshake, so not over TLS: NSQ drops them too (a client waits for the answer)
-            log.warning("[%s] - %d bytes sent before the TLS handshake ignored", client, len(early))
         client.queue_response(OK)
         client.flush()
         self._start_compression(identity)
@@ -354,7 +359,11 @@ class ConnectionV2(asyncio.Protocol):
         client.queue_response(reply)
         client.flush()
         if identity.tls_v1:
-            # the client's handshake must reach the TLS layer, not the command parser
+            # the client's handshake must reach the TLS layer, not the command parser; what came before it is no
+            # TLS record (NSQ drops it too: a client waits for the answer), and what the TLS layer hands over
+            # before the upgrade is done is held until then
+            if early := self.session.drop_held():
+                log.warning("[%s] - %d bytes sent before the TLS handshake ignored", client, early)
             self._wait_for(self._start_tls(identity))
         else:
             self._start_compression(identity)

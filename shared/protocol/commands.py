@@ -2,10 +2,12 @@
 
 ``CommandParser.feed(data)`` returns every command completed by ``data``. A command is its name, its
 space-separated arguments and, for IDENTIFY, AUTH, PUB, DPUB and MPUB, its body. Parsing stops after an IDENTIFY:
-it may upgrade the connection (TLS, compression), so the bytes after it are held, unparsed, until the caller either
-takes them (``take_held``: they are framed anew) or lets them be parsed as they are (``release_held``). Limits are checked while
-parsing, before a body is buffered: a body over ``--max-body-size`` (or a message over ``--max-msg-size``)
-is never read. Such a command comes out with ``error`` set and the parser stops there, because the byte
+it may upgrade the connection (TLS, compression), so the bytes after it are held, unparsed, until the caller takes
+them (``take_held``: they are framed anew), drops them (``drop_held``: they came before a TLS handshake) or lets
+them be parsed as they are (``release_held``).
+
+Limits are checked while parsing, before a body is buffered: a body over ``--max-body-size`` (or a message over
+``--max-msg-size``) is never read. Such a command comes out with ``error`` set and the parser stops there, because the byte
 stream cannot be trusted past it; the handler validates the command line first and raises ``error`` after,
 which keeps NSQ's order of checks (a bad topic name is reported before a bad body).
 """
@@ -146,6 +148,14 @@ class CommandParser(MagicFirst):
             self.holding = False
             self._pending.clear()
         return held
+
+    def drop_held(self) -> int:
+        """Forgets the bytes held after an IDENTIFY and goes on holding what comes next: the connection is about to
+        upgrade to TLS, and bytes sent before the handshake are not TLS records. How many were dropped."""
+        dropped = len(self._pending) if self.holding else 0
+        if self.holding:
+            self._pending.clear()
+        return dropped
 
     def release_held(self) -> list[Command]:
         """The commands in the bytes held after an IDENTIFY that upgraded nothing."""

@@ -166,11 +166,10 @@ class SessionV2:
     # -- bytes in, requests out ------------------------------------------------------------------------------
 
     def receive(self, data: bytes) -> Iterator[Request]:
-        """The requests in ``data`` (after what earlier calls left), checked one by one as they are taken;
-        raises FatalClientError at the first command that breaks a rule (or bytes that are not V2). Nothing while
-        a request waits."""
-        self._commands.extend(self._parser.feed(data))
-        return self._requests()
+        """The requests in ``data`` (after what earlier calls left), parsed once the first is asked for and
+        checked one by one as they are taken; raises FatalClientError at the first command that breaks a rule (or
+        bytes that are not V2). Nothing while a request waits."""
+        return self._requests(data)
 
     def wait(self) -> None:
         """The request just taken waits: nothing after it is checked or handed out until ``resume()``."""
@@ -186,8 +185,15 @@ class SessionV2:
         are to be inflated and received again."""
         return self._parser.take_held()
 
-    def _requests(self) -> Iterator[Request]:
+    def drop_held(self) -> int:
+        """Forgets what was received after an IDENTIFY that upgrades to TLS (it came before the handshake); what
+        comes next is held until the upgrade is done. How many bytes were dropped."""
+        return self._parser.drop_held()
+
+    def _requests(self, data: bytes = b"") -> Iterator[Request]:
         commands, parser = self._commands, self._parser
+        if data:
+            commands.extend(parser.feed(data))
         while not self.waiting:
             if not commands:
                 if not parser.holding:

@@ -164,6 +164,26 @@ def test_a_disk_filled_inside_one_file_gets_its_space_back_once_the_file_is_read
     restarted.close()
 
 
+def test_no_write_goes_to_a_new_file_before_the_metadata_names_it(small_disk: Path) -> None:
+    """The full disk makes the queue start a new file, but its metadata cannot be written (here: a directory where
+    the file goes). Puts are refused until it can be, so that a restart finds every record it acknowledged."""
+    queue = DiskQueue("q", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20, sync_every=1)
+    taken = filled_inside_one_file(queue)
+    assert queue.read(len(taken)) == taken
+    queue.meta_path.unlink(missing_ok=True)
+    queue.meta_path.mkdir()
+    for _ in range(2):  # the roll, then a put into the new file: both refused
+        with pytest.raises(OSError):
+            queue.put([body(b"refused", 100 * 1024)])
+    queue.meta_path.rmdir()
+    queue.put([body(b"after", 100 * 1024)])
+    queue.close()
+    restarted = DiskQueue("q", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20,
+                          sync_every=1)
+    assert restarted.read(len(taken)) == [body(b"after", 100 * 1024)]
+    restarted.close()
+
+
 def test_a_full_file_read_at_mem_queue_size_0_is_freed_once_its_messages_are_finished(small_disk: Path) -> None:
     """What is read and held (in flight) cannot go: puts are refused until it is finished, then the file goes."""
     queue = DiskQueue("q", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20, sync_every=1,

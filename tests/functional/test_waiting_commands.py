@@ -1,22 +1,27 @@
 """A command nsqd cannot answer at once holds back everything the client sent after it, however the bytes arrive:
 AUTH while the auth server (50 ms here) answers, a PUB on a topic that waits for lookupd's channels before it
-starts. Plain, deflate and snappy; the commands sent in one write, and put on the wire a byte at a time. The
-decompressed input runs in 256 KiB pieces, so a 300 KB PUB after the waiting command lands in a later piece."""
+starts, the TLS upgrade after IDENTIFY. Plain, deflate and snappy; the commands sent in one write, and put on the
+wire a byte at a time. The decompressed input runs in 256 KiB pieces, so a 300 KB PUB after the waiting command
+lands in a later piece."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import signal
+import socket
+import ssl
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+import trustme
 from aiohttp import web
 
 from shared.protocol.compression import Codec, DeflateCodec, SnappyCodec
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_command
-from tests.processes import NSQDProcess, start_lookupd, wait_for
+from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, FrameDecoder, encode_command
+from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
 from tests.wire import WireClient
 
 BIG = b"x" * 300_000  # more than one 256 KiB piece once inflated
@@ -110,3 +115,53 @@ async def test_commands_after_a_publish_to_a_topic_not_started_wait_for_its_answ
             await client.close()
     finally:
         lookupd.stop()
+
+
+# nsqd on asyncio's own loop, as where uvloop (an optional extra) is not installed: its TLS layer can hand over the
+# first data in the same turn as the end of the handshake, before the upgrade is done
+WITHOUT_UVLOOP = [sys.executable, "-c",
+                  "import runpy, sys; sys.modules['uvloop'] = None; runpy.run_module('services.nsqd', "
+                  "run_name='__main__')"]
+
+
+def test_commands_sent_with_the_end_of_the_tls_handshake_are_answered(tmp_path: Path) -> None:
+    """The client's last handshake record and a PUB in one write, before nsqd's OK over TLS: the PUB counts as sent
+    over TLS (it was), not as bytes from before the handshake."""
+    authority = trustme.CA()
+    server = authority.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    server.cert_chain_pems[0].write_to_path(str(cert))
+    server.private_key_pem.write_to_path(str(key))
+    nsqd = start_nsqd(f"--tls-cert={cert}", f"--tls-key={key}", data_path=tmp_path, program=WITHOUT_UVLOOP)
+    context = ssl.create_default_context()
+    authority.configure_trust(context)
+    try:
+        with socket.create_connection(nsqd.tcp_address, timeout=5) as raw:
+            raw.sendall(MAGIC_V2 + encode_command(b"IDENTIFY", body=json.dumps(
+                {"tls_v1": True, "feature_negotiation": True}).encode()))
+            frames = FrameDecoder()
+            while not frames.feed(raw.recv(65536), limit=1):
+                pass
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+            while True:
+                try:
+                    tls.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    if outgoing.pending:
+                        raw.sendall(outgoing.read())
+                    incoming.write(raw.recv(65536))
+            tls.write(encode_command(b"PUB", b"t", body=b"with the handshake"))
+            raw.sendall(outgoing.read())  # the handshake's end and the PUB, in one write
+            received: list[Frame] = []
+            while len(received) < 2:
+                try:
+                    received += frames.feed(tls.read(65536))
+                except ssl.SSLWantReadError:
+                    incoming.write(raw.recv(65536))
+            assert received == [OK, OK]
+        assert b'"message_count":1' in nsqd.http("GET", "/stats?format=json&topic=t")[2]
+    finally:
+        nsqd.stop()
+    assert not [line for line in nsqd.log_lines if "before the TLS handshake" in line]
