@@ -7,9 +7,9 @@ them (``take_held``: they are framed anew), drops them (``drop_held``: they came
 them be parsed as they are (``release_held``).
 
 Limits are checked while parsing, before a body is buffered: a body over ``--max-body-size`` (or a message over
-``--max-msg-size``) is never read. Such a command comes out with ``error`` set and the parser stops there, because the byte
-stream cannot be trusted past it; the handler validates the command line first and raises ``error`` after,
-which keeps NSQ's order of checks (a bad topic name is reported before a bad body).
+``--max-msg-size``) is never read. Such a command comes out with ``error`` set and the parser stops there, because
+the byte stream cannot be trusted past it; the handler validates the command line first and raises ``error``
+after, which keeps NSQ's order of checks (a bad topic name is reported before a bad body).
 """
 
 from __future__ import annotations
@@ -143,28 +143,24 @@ class CommandParser(MagicFirst):
     def take_held(self) -> bytes:
         """The bytes received after an IDENTIFY, unparsed and forgotten here: the connection upgraded, and they
         are to be unframed first (inflated)."""
-        held = bytes(self._pending) if self.holding else b""
-        if self.holding:
-            self.holding = False
-            self._pending.clear()
+        if not self.holding:
+            return b""
+        self.holding = False
+        held = bytes(self._pending)
+        self._pending.clear()
         return held
 
     def drop_held(self) -> int:
         """Forgets the bytes held after an IDENTIFY and goes on holding what comes next: the connection is about to
         upgrade to TLS, and bytes sent before the handshake are not TLS records. How many were dropped."""
-        dropped = len(self._pending) if self.holding else 0
-        if self.holding:
-            self._pending.clear()
+        holding = self.holding
+        dropped = len(self.take_held())
+        self.holding = holding
         return dropped
 
     def release_held(self) -> list[Command]:
         """The commands in the bytes held after an IDENTIFY that upgraded nothing."""
-        if not self.holding:
-            return []
-        self.holding = False
-        held = bytes(self._pending)
-        self._pending.clear()
-        return self.feed(held)
+        return self.feed(self.take_held()) if self.holding else []
 
     def _parse(self, data: bytes, commands: list[Command]) -> int:
         pos, end = 0, len(data)

@@ -20,7 +20,8 @@ topic that is not started yet, an IDENTIFY for its upgrade. The caller says so w
 from then on nothing more comes out, whatever arrives and in whatever pieces, until ``resume()`` hands out the
 requests that arrived meanwhile, in order. What is received and not yet handed out stays here: the commands parsed
 and not yet checked, and the bytes after an IDENTIFY, which the parser holds unparsed until the caller says how
-they are framed (``take_held`` for an upgrade to compression, else they are parsed as they are).
+they are framed (``take_held`` for an upgrade to compression, ``drop_held`` before a TLS handshake, else they are
+parsed as they are).
 """
 
 from __future__ import annotations
