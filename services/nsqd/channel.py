@@ -1,43 +1,71 @@
 """A channel: its own copy of every message of its topic, shared out among the consumers subscribed to it.
 
 Invariants:
-- a message is in exactly one place: the memory queue, the disk queue (once the memory queue holds
-  ``--mem-queue-size``), in flight (delivered, owned by one client) or deferred;
-- a client receives only while ``in_flight_count < ready_count`` (RDY is a window, not a counter);
-- ``_ready`` holds exactly the subscribed clients with room, so delivery never scans all clients, and the queues
-  only hold messages while no client has room (or the channel is paused).
-Depth counts the message queue (memory and disk); in-flight and deferred messages are reported separately, as NSQ
-does. A publish the disk refuses is refused (see topic.py); a message accepted earlier (requeued, timed out, from
-the topic's backlog) that the disk refuses stays in memory, and nsqd reports itself unhealthy: nothing accepted is
-dropped, except by ephemeral channels, which discard what their memory queue cannot hold, as NSQ's do.
+- a message is in exactly one place: the channel's queue (memory, then disk), in flight (delivered, owned by one
+  consumer) or deferred (in the queue's deferred store);
+- a consumer receives only while it has room (``Consumer.room``: RDY is a window, not a counter);
+- ``_ready`` holds the subscribed consumers that had room when they last told the channel, so delivery never scans
+  all consumers; one that lost its room since is dropped from it when delivery comes to it. The queue only holds
+  messages while no consumer has room (or the channel is paused).
+Depth counts the queue (memory and disk); in-flight and deferred messages are reported separately, as NSQ does.
+What the queue does with a message (handed over at once, or through the disk; kept in memory when the disk refuses
+one accepted earlier) is its kind's business (message_queue.py): the channel never asks which kind it has.
 
 With a message TTL (``ttl_ns``: ``--msg-ttl`` or the topic's own), a message older than it is never delivered: it
 is dropped and counted (``expired_count``) when it is taken from the queue to be delivered. With an attempts limit
 (``max_attempts``: ``--max-attempts`` or the channel's own), a message delivered that many times already is parked
-in the channel's dead-letter queue instead (as is an expired one), a message queue of its own (memory, then disk,
-as durable as the channel's), until it is replayed or emptied.
+in the channel's dead-letter queue instead (as is an expired one), a message queue of its own (memory, then disk),
+until it is replayed or emptied.
 
-At ``--mem-queue-size=0`` (``_on_disk``) every message reaches a consumer through the disk queue, never handed
-over directly, and stays there until it is finished (see message_queue.py), and a deferred message (a DPUB's,
-or one requeued with a delay) is in the disk queue's deferred file with its due time until it is queued again: a
-crash loses nothing in flight, requeued or deferred, and delivers deferred messages when they are due.
+The channel sees its consumers only as ``Consumer``: their window, the frames they are sent, and what became of
+their messages. A consumer tells the channel when it gains room (``update_ready``).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol
 
 from shared.protocol.names import is_ephemeral
 
 from .deadline_queue import DeadlineQueue
 from .latency_window import LatencyWindow
-from .message import QueuedMessage, DeferredMessage, InFlightMessage, decode, encode
+from .message import ATTEMPTS, BODY, ID, TIMESTAMP, InFlightMessage, QueuedMessage, decode
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .message_queue import Storage
     from .options import Options
+    from .storage import Storage
+
+
+class Consumer(Hashable, Protocol):
+    """A subscribed client as its channel sees it (``client.Client``)."""
+
+    id: int
+    msg_timeout: float
+    sample_rate: int
+    output_buffer_size: int
+
+    @property
+    def room(self) -> int:
+        """How many more messages it may receive now."""
+
+    def send_message(self, msg: InFlightMessage) -> None: ...
+
+    def send_messages(self, messages: list[InFlightMessage]) -> None: ...
+
+    def finished(self) -> None: ...
+
+    def requeued(self) -> None: ...
+
+    def timed_out(self) -> None: ...
+
+    def emptied(self) -> None:
+        """The channel dropped every message, the ones in flight to it included."""
+
+    def close(self) -> None: ...
+
+    def stats(self) -> dict[str, Any]:
+        """Its object in /stats."""
 
 
 class ChannelError(Exception):
@@ -50,18 +78,18 @@ class Channel:
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = is_ephemeral(name)
-        self.queue = storage.open(f"{topic_name}:{name}", channel=True)
+        self.queue = storage.open_channel(f"{topic_name}:{name}")
+        self._release = self.queue.release
+        self.deferred = self.queue.deferred
         # "t:dead:c": no channel's name has a colon, so nothing mistakes it for one
-        self.dead_letters = storage.open(f"{topic_name}:dead:{name}")
+        self.dead_letters = storage.open_dead_letters(f"{topic_name}:dead:{name}")
         self.max_attempts = opts.max_attempts
         self.own_max_attempts: int | None = None  # kept in nsqd.dat; None: --max-attempts
-        self._on_disk = self.queue.holds_until_finished
         self.paused = False
         self.exiting = False
         self.in_flight: DeadlineQueue[InFlightMessage] = DeadlineQueue()
-        self.deferred: DeadlineQueue[DeferredMessage] = DeadlineQueue()
-        self.clients: dict[int, Client] = {}
-        self._ready: dict[Client, None] = {}
+        self.clients: dict[int, Consumer] = {}
+        self._ready: dict[Consumer, None] = {}
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
@@ -76,13 +104,6 @@ class Channel:
         if opts.e2e_processing_latency_percentiles:
             self.e2e = LatencyWindow(opts.e2e_processing_latency_percentiles,
                                      opts.e2e_processing_latency_window_time, time.monotonic())
-        self._restore_deferred()
-
-    def _restore_deferred(self) -> None:
-        """Deferred messages saved at the last exit wait out what is left of their delay."""
-        now, now_ns = time.monotonic(), time.time_ns()
-        for due_ns, payload in self.queue.backend.take_deferred(keep=self.queue.keeps_deferred):
-            self.deferred.push(DeferredMessage(decode(payload), now + max(0, due_ns - now_ns) / 1e9))
 
     def __repr__(self) -> str:
         return f"Channel({self.topic_name}:{self.name})"
@@ -101,110 +122,106 @@ class Channel:
 
     # -- messages in ---------------------------------------------------------------------------------------
 
-    def put_new(self, entries: list[QueuedMessage], keep_refused: bool = True) -> None:
-        """Messages from the topic: delivered, or queued. If the disk refuses the ones to queue, they stay in
-        memory, or with ``keep_refused=False`` (a publish, not acknowledged yet) OSError is raised and they are
-        not this channel's."""
-        if self._on_disk:
-            self._through_disk(entries, keep_refused)
-            self.message_count += len(entries)
-            return
-        delivered = self._deliver_now(entries)
-        self.message_count += delivered
-        if delivered < len(entries):
-            rest = entries[delivered:] if delivered else entries
-            self.queue.put(rest, keep_refused)
-            self.message_count += len(rest)
+    def publish(self, entries: list[QueuedMessage]) -> None:
+        """A publish's copies, not acknowledged yet: delivered, or queued; if the queue refuses them, OSError (or
+        QueueFull) is raised and they are not this channel's."""
+        self.queue.accept(entries, self._deliver_now)
+        self.message_count += len(entries)
+        self._drain()
 
-    def _deliver_now(self, entries: list[QueuedMessage]) -> int:
-        """Delivers ``entries`` in order while a client has room; how many it delivered."""
-        ready = self._ready
-        if not ready or self.paused:
-            return 0
-        now, deliver = time.monotonic(), self._deliver
-        for index, entry in enumerate(entries):
-            if not ready:
-                return index
-            deliver(next(iter(ready)), entry, now)
-        return len(entries)
+    def publish_deferred(self, entry: QueuedMessage, delay: float, now: float) -> None:
+        """A DPUB's copy, not acknowledged yet, delivered once ``delay`` is over; OSError if the disk refuses it."""
+        self.queue.defer_new(entry, now + delay)
+        self.message_count += 1
+
+    def put_new(self, entries: list[QueuedMessage]) -> None:
+        """Messages the topic held (acknowledged already): delivered, or queued."""
+        self.message_count += len(entries)
+        self.put_back(entries)
+
+    def put_deferred(self, entry: QueuedMessage, delay: float, now: float) -> None:
+        """A DPUB's copy the topic held, delivered once ``delay`` is over."""
+        self.queue.defer(entry, now + delay)
+        self.message_count += 1
 
     def put_from_disk(self, records: list[bytes]) -> None:
         """Messages from the topic's disk queue, as records (size prefix included). What the consumers can take now
         or memory can hold is decoded; the rest goes to this channel's disk queue as it is, never decoded."""
-        room = self.queue.room + (0 if self._on_disk else self.room_in_clients())
+        room = self.queue.room + self.room_in_clients()
         if room:
             self.put_new([decode(record, 4) for record in records[:room]])
         if len(records) > room:
             self.message_count += len(records) - room
             self.queue.put_records(records[room:])
-            if self._on_disk:
-                self._drain()
-
-    def put_deferred(self, entry: QueuedMessage, delay: float, now: float, keep_refused: bool = True) -> None:
-        """A DPUB's copy, delivered once ``delay`` is over. If the disk refuses it (at ``--mem-queue-size=0``),
-        it is kept in memory, or with ``keep_refused=False`` OSError is raised and it is not this channel's."""
-        self._defer(entry, now + delay, keep_refused)
-        self.message_count += 1
-
-    def _defer(self, entry: QueuedMessage, deadline: float, keep_refused: bool = True) -> None:
-        if self.queue.keeps_deferred:
-            due_ns = time.time_ns() + int((deadline - time.monotonic()) * 1e9)
-            self.queue.defer([(due_ns, entry)], keep_refused)
-        self.deferred.push(DeferredMessage(entry, deadline))
+            self._drain()
 
     def put(self, entry: QueuedMessage) -> None:
         """A message accepted earlier (requeued, timed out, due): delivered, or queued."""
-        entries = [entry]
-        if self._on_disk:
-            self._through_disk(entries)
-        elif not self._deliver_now(entries):
-            self.queue.put(entries, keep_refused=True)
+        self.put_back([entry])
 
-    def _through_disk(self, entries: list[QueuedMessage], keep_refused: bool = True) -> None:
-        """At ``--mem-queue-size=0``: to the disk queue, and from there to the consumers with room."""
-        self.queue.put(entries, keep_refused)
+    def put_back(self, entries: list[QueuedMessage]) -> None:
+        self.queue.put(entries, self._deliver_now)
         self._drain()
 
-    def _deliver(self, client: Client, entry: QueuedMessage, now: float) -> None:
-        if client.sample_rate and _percentile() > client.sample_rate:
-            self.queue.release(entry[0])
+    def _deliver_now(self, entries: list[QueuedMessage]) -> int:
+        """Delivers ``entries`` in order while a consumer has room; how many it delivered."""
+        if not self._ready or self.paused:
+            return 0
+        now, deliver = time.monotonic(), self._deliver
+        for index, entry in enumerate(entries):
+            consumer = self._next_consumer()
+            if consumer is None:
+                return index
+            deliver(consumer, entry, now)
+        return len(entries)
+
+    def _next_consumer(self) -> Consumer | None:
+        """The next consumer with room, round robin. One that lost its room since it was listed leaves the list
+        here: a consumer tells the channel when it gains room, not when it loses it."""
+        ready = self._ready
+        while ready:
+            consumer = next(iter(ready))
+            if consumer.room > 0:
+                return consumer
+            del ready[consumer]
+        return None
+
+    def _deliver(self, consumer: Consumer, entry: QueuedMessage, now: float) -> None:
+        if consumer.sample_rate and _percentile() > consumer.sample_rate:
+            self.queue.release(entry[ID])
             return  # NSQ's sampling: the message is gone for the whole channel
         if (self.ttl_ns or self.max_attempts) and not self._deliverable([entry]):
             return
-        msg = InFlightMessage(entry, client, now, now + client.msg_timeout)
+        msg = InFlightMessage(entry, consumer, now, now + consumer.msg_timeout)
         self.delivered_count += 1
         self.in_flight.push(msg)
-        client.send_message(msg)
+        consumer.send_message(msg)
         ready = self._ready
-        if client not in ready:
-            return  # the send filled its socket's buffer, which paused it
-        if client.in_flight_count >= client.ready_count:
-            del ready[client]
-        elif len(ready) > 1:
-            del ready[client]
-            ready[client] = None  # round robin among clients with room
+        if len(ready) > 1 and consumer in ready:
+            del ready[consumer]
+            ready[consumer] = None  # round robin among consumers with room
 
     def _deliverable(self, entries: list[QueuedMessage]) -> list[QueuedMessage]:
         """``entries`` but the ones past the TTL (dropped, or parked with an attempts limit) and the ones delivered
         ``max_attempts`` times already (parked)."""
         oldest = time.time_ns() - self.ttl_ns if self.ttl_ns else 0
         limit = self.max_attempts or 1 << 16
-        kept = [entry for entry in entries if entry[2] >= oldest and entry[3] < limit]
+        kept = [entry for entry in entries if entry[TIMESTAMP] >= oldest and entry[ATTEMPTS] < limit]
         if len(kept) < len(entries):
             for entry in entries:
-                expired = entry[2] < oldest
+                expired = entry[TIMESTAMP] < oldest
                 if expired:
                     self.expired_count += 1
-                if entry[3] >= limit or (expired and self.max_attempts):
+                if entry[ATTEMPTS] >= limit or (expired and self.max_attempts):
                     self._park(entry)
                 elif expired:
-                    self.queue.release(entry[0])
+                    self.queue.release(entry[ID])
         return kept
 
     def _park(self, entry: QueuedMessage) -> None:
         self.dead_letter_count += 1
-        self.dead_letters.put([entry], keep_refused=True)
-        self.queue.release(entry[0])  # at --mem-queue-size=0: safe in the dead-letter queue now
+        self.dead_letters.put([entry])
+        self.queue.release(entry[ID])  # safe in the dead-letter queue now
 
     def set_max_attempts(self, attempts: int | None) -> None:
         """The channel's own attempts limit (0: none), or None for ``--max-attempts``."""
@@ -226,111 +243,107 @@ class Channel:
         """How many messages the consumers with room would take right now."""
         if self.paused:
             return 0
-        return sum(client.ready_count - client.in_flight_count for client in self._ready)
+        return sum(consumer.room for consumer in self._ready)
 
     def _drain(self) -> None:
-        memory, ready = self.queue.memory, self._ready
-        if self.paused:
+        """Consumers with room take from the queue (memory, then disk) until none has room or it is empty."""
+        ready = self._ready
+        if not ready or self.paused:
             return
+        memory = self.queue.memory
         now = time.monotonic()
-        while ready:
-            # from disk, what the clients with room can take (up to 1024)
+        while (consumer := self._next_consumer()) is not None:
+            # from disk, what the consumers with room can take (up to 1024)
             if not memory and not self.queue.fill_memory(min(1024, max(1, self.room_in_clients()))):
                 break
-            client = next(iter(ready))
-            if len(ready) == 1 and not client.sample_rate:
-                self._deliver_batch(client, now)
+            if len(ready) == 1 and not consumer.sample_rate:
+                self._deliver_batch(consumer, now)
             else:
-                self._deliver(client, memory.popleft(), now)
+                self._deliver(consumer, memory.popleft(), now)
 
-    def _deliver_batch(self, client: Client, now: float) -> None:
-        """The only client with room gets what its window takes from the memory queue, an output buffer's worth
+    def _deliver_batch(self, consumer: Consumer, now: float) -> None:
+        """The only consumer with room gets what its window takes from the memory queue, an output buffer's worth
         at a time: a socket that stops draining pauses delivery between batches, so a message's timeout does
-        not start long before the client can read it."""
+        not start long before the consumer can read it."""
         memory = self.queue.memory
-        per_buffer = max(1, client.output_buffer_size // (_FRAME_OVERHEAD + len(memory[0][1])))
-        count = min(client.ready_count - client.in_flight_count, len(memory), per_buffer)
-        deadline = now + client.msg_timeout
+        per_buffer = max(1, consumer.output_buffer_size // (_FRAME_OVERHEAD + len(memory[0][BODY])))
+        count = min(consumer.room, len(memory), per_buffer)
+        deadline = now + consumer.msg_timeout
         if self.ttl_ns or self.max_attempts:
             entries = self._deliverable([memory.popleft() for _ in range(count)])
             if not entries:
                 return
             count = len(entries)
-            messages = [InFlightMessage(entry, client, now, deadline) for entry in entries]
+            messages = [InFlightMessage(entry, consumer, now, deadline) for entry in entries]
         else:
-            messages = [InFlightMessage(memory.popleft(), client, now, deadline) for _ in range(count)]
+            messages = [InFlightMessage(memory.popleft(), consumer, now, deadline) for _ in range(count)]
         self.delivered_count += count
         self.in_flight.push_all(messages)
-        client.send_messages(messages)  # may pause writing, which takes the client out of the ready ones
-        if client.in_flight_count >= client.ready_count:
-            self._ready.pop(client, None)
+        consumer.send_messages(messages)
 
-    # -- clients ---------------------------------------------------------------------------------------------
+    # -- consumers -------------------------------------------------------------------------------------------
 
-    def add_client(self, client: Client) -> None:
+    def add_client(self, consumer: Consumer) -> None:
         if self.exiting:
             raise ChannelError("exiting")
         limit = self._opts.max_channel_consumers
         if limit and len(self.clients) >= limit:
             raise ChannelError(f"consumers for {self.topic_name}:{self.name} exceeds limit of {limit}")
-        self.clients[client.id] = client
+        self.clients[consumer.id] = consumer
 
-    def remove_client(self, client: Client) -> None:
-        """The client's messages in flight stay in flight and time out (NSQ does the same)."""
-        if self.clients.pop(client.id, None) is None:
+    def remove_client(self, consumer: Consumer) -> None:
+        """The consumer's messages in flight stay in flight and time out (NSQ does the same)."""
+        if self.clients.pop(consumer.id, None) is None:
             return
-        self._ready.pop(client, None)
+        self._ready.pop(consumer, None)
         if self.ephemeral and not self.clients and not self.exiting:
             self._on_last_client_gone(self)
 
-    def update_ready(self, client: Client) -> None:
-        """Call after anything that changes whether ``client`` may receive (RDY, FIN, REQ, CLS, timeout)."""
-        if client.has_room and client.id in self.clients:
-            if client not in self._ready:
-                self._ready[client] = None
-            if self.queue:
-                self._drain()
+    def update_ready(self, consumer: Consumer) -> None:
+        """Call after anything that gives ``consumer`` room (RDY, FIN, REQ, a timeout, a drained socket)."""
+        if consumer.room > 0 and consumer.id in self.clients:
+            self._ready[consumer] = None
+            self._drain()
         else:
-            self._ready.pop(client, None)
+            self._ready.pop(consumer, None)
 
     # -- acknowledgements -----------------------------------------------------------------------------------
 
-    def _owned(self, client: Client, msg_id: bytes) -> InFlightMessage:
+    def _owned(self, consumer: Consumer, msg_id: bytes) -> InFlightMessage:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             raise ChannelError("ID not in flight")
-        if msg.client is not client:
+        if msg.client is not consumer:
             raise ChannelError("client does not own message")
         return msg
 
-    # finish and requeue leave the client's readiness to the caller, which calls update_ready once after a run of
-    # acknowledgements: the freed window is then refilled in one pass instead of one delivery per FIN
+    # finish and requeue leave the consumer's readiness to the caller, which calls update_ready once after a run
+    # of acknowledgements: the freed window is then refilled in one pass instead of one delivery per FIN
 
-    def finish(self, client: Client, msg_id: bytes) -> None:
+    def finish(self, consumer: Consumer, msg_id: bytes) -> None:
         msg = self.in_flight.get(msg_id)
-        if msg is None or msg.client is not client:
+        if msg is None or msg.client is not consumer:
             raise ChannelError("ID not in flight" if msg is None else "client does not own message")
         self.in_flight.pop(msg_id)
-        if self._on_disk:
-            self.queue.release(msg_id)
-        client.finished()
+        self._release(msg_id)
+        consumer.finished()
         if self.e2e is not None:
             self.e2e.add(time.time_ns() - msg.timestamp, time.monotonic())
 
-    def requeue(self, client: Client, msg_id: bytes, delay: float) -> None:
-        msg = self._owned(client, msg_id)
+    def requeue(self, consumer: Consumer, msg_id: bytes, delay: float) -> None:
+        msg = self._owned(consumer, msg_id)
         self.in_flight.pop(msg_id)
-        client.requeued()
+        consumer.requeued()
         self.requeue_count += 1
         if delay > 0:
-            self._defer(msg.entry(), time.monotonic() + delay)
+            self.queue.defer(msg.entry(), time.monotonic() + delay)
         else:
             self.put(msg.entry())
 
-    def touch(self, client: Client, msg_id: bytes) -> None:
-        msg = self._owned(client, msg_id)
+    def touch(self, consumer: Consumer, msg_id: bytes) -> None:
+        msg = self._owned(consumer, msg_id)
         now = time.monotonic()
-        deadline = min(now + client.msg_timeout, msg.delivered_at + self._opts.max_msg_timeout)
+        deadline = min(now + consumer.msg_timeout, msg.delivered_at + self._opts.max_msg_timeout)
         self.in_flight.reschedule(msg, deadline)
 
     # -- timers (driven by the queue-scan loop; ``now`` is a time.monotonic() value) -------------------------
@@ -342,15 +355,16 @@ class Channel:
             self.timeout_count += 1
             self.put(msg.entry())
             msg.client.timed_out()
+        for consumer in {msg.client: None for msg in expired}:
+            self.update_ready(consumer)
         return bool(expired)
 
     def process_deferred(self, now: float) -> bool:
-        due = self.deferred.pop_expired(now)
-        for deferred in due:
-            self.put(deferred.entry)
-        if due and self.queue.keeps_deferred:
-            self.queue.deferred_left(len(self.deferred), self._deferred_with_due_times)
-        return bool(due)
+        """Queue the deferred messages due by ``now``; True if there were any."""
+        return self.deferred.pop_due(now, self._put_due)
+
+    def _put_due(self, entry: QueuedMessage, deadline: float) -> None:
+        self.put(entry)
 
     # -- operator actions -----------------------------------------------------------------------------------
 
@@ -365,12 +379,12 @@ class Channel:
         """Drop every queued, in-flight and deferred message, as NSQ's /channel/empty does."""
         self.queue.empty()
         self.in_flight.clear()
-        self.deferred.clear()
-        for client in self.clients.values():
-            client.emptied()
+        for consumer in list(self.clients.values()):
+            consumer.emptied()
+            self.update_ready(consumer)
 
     def delete(self) -> None:
-        """Closes the clients and removes every message and file."""
+        """Closes the consumers and removes every message and file."""
         self.close_clients()
         self.empty()
         self.queue.delete()
@@ -379,22 +393,15 @@ class Channel:
     def flush_to_disk(self) -> None:
         """At exit: every message still in memory or in flight goes to the disk queue (redelivered after a
         restart, as NSQ does), deferred ones to a file with their due times (where NSQ would lose the delay)."""
-        deferred = self._deferred_with_due_times()
         in_flight = [msg.entry() for msg in self.in_flight.values()]
         self.in_flight.clear()
-        self.deferred.clear()
-        self.queue.flush_to_disk(in_flight, deferred)
-        self.dead_letters.flush_to_disk([], [])
-
-    def _deferred_with_due_times(self) -> list[tuple[int, bytes]]:
-        """The deferred messages as their file keeps them: due time (unix ns), message."""
-        now, now_ns = time.monotonic(), time.time_ns()
-        return [(now_ns + int((item.deadline - now) * 1e9), encode(item.entry)) for item in self.deferred.values()]
+        self.queue.flush_to_disk(in_flight)
+        self.dead_letters.flush_to_disk([])
 
     def close_clients(self) -> None:
         self.exiting = True
-        for client in list(self.clients.values()):
-            client.close()
+        for consumer in list(self.clients.values()):
+            consumer.close()
 
 
 # a message frame's bytes besides the body: size, frame type, timestamp, attempts, ID

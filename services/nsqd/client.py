@@ -136,11 +136,14 @@ class Client:
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
 
     def set_write_paused(self, paused: bool) -> None:
-        """While the socket's send buffer is full no message is sent (NSQ's pump blocks in write)."""
+        """While the socket's send buffer is full no message is sent (NSQ's pump blocks in write). The channel
+        finds out about a pause when it next comes to the client (a pause happens in the middle of a send); a
+        resume it is told of."""
         self.write_paused = paused
-        self.update_ready()
+        if not paused:
+            self.update_ready()
 
-    # -- what the channel did with its messages ----------------------------------------------------------------
+    # -- what the channel did with its messages (the channel then refills the window it freed) ------------------
 
     def finished(self) -> None:
         self.in_flight_count -= 1
@@ -152,17 +155,19 @@ class Client:
 
     def timed_out(self) -> None:
         self.in_flight_count -= 1
-        self.update_ready()
 
     def emptied(self) -> None:
         """The channel dropped every message, the ones in flight to this client included."""
         self.in_flight_count = 0
-        self.update_ready()
 
     @property
-    def has_room(self) -> bool:
-        """Whether the client may receive a message now: RDY is a window, not a counter."""
-        return self.in_flight_count < self.ready_count and not self.write_paused
+    def room(self) -> int:
+        """How many more messages the client may receive now: RDY is a window, not a counter, and nothing is sent
+        while the socket's send buffer is full."""
+        if self.write_paused:
+            return 0
+        room = self.ready_count - self.in_flight_count
+        return room if room > 0 else 0
 
     def update_ready(self) -> None:
         """Tells the channel whether the client has room now (after RDY, CLS, a timeout, or a run of FINs)."""

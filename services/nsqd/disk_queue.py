@@ -24,24 +24,18 @@ and deleted, which a disk filled inside one file (under --max-bytes-per-file) ne
 keeps writing to that file).
 
 A queue that holds what it hands out until it is finished (``hold_key``, a channel's at ``--mem-queue-size=0``)
-records the position of every record it read, under the record's key (the message ID), until ``release(key)``.
-The metadata then names the oldest record still held as the read position, and a file is deleted only once
-everything in it is released: a process killed while messages are in flight or deferred reads them again at its
-next start (duplicates of the ones finished after them, never a loss).
+keeps every record it read until ``release(key)``, and starts a restart from the oldest still held
+(held_records.py).
 
-A cap (``max_bytes``, ``--max-bytes-per-queue``) bounds the bytes of the records waiting to be read: a write that
-would pass it raises ``QueueFull``, or with ``drop_oldest`` the oldest records are dropped to make room (counted).
-The files may hold up to one ``--max-bytes-per-file`` more (a file is deleted once read to its end), and at
-``--mem-queue-size=0`` the records held for messages in flight.
+A cap (``max_bytes``, ``--max-bytes-per-queue``, queue_cap.py) bounds the bytes of the records waiting to be read:
+a write that would pass it raises ``QueueFull``, or with ``drop_oldest`` the oldest records are dropped (counted).
 
 ``peek_job`` reads what ``read`` would return next without moving anything, off the event loop: from the read
 position, so at ``--mem-queue-size=0`` none of the held records (in flight, or read and not yet delivered) is
 among them.
 
-Deferred messages go to ``<name>.diskqueue.deferred.dat`` with their due times: at exit, the whole file replaced
-(``save_deferred``); and, at ``--mem-queue-size=0``, as they are deferred, appended with one write each
-(``append_deferred``), so that a crash loses none. The file is then replaced by the messages still deferred once it
-holds mostly ones that are gone (the caller's choice: it knows which are still deferred).
+The records of one file are read and written by segment_file.py; deferred messages have a file of their own
+(deferred_file.py).
 """
 
 from __future__ import annotations
@@ -49,36 +43,19 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import struct
 from contextlib import suppress
-from dataclasses import dataclass, replace
-from itertools import accumulate, chain, count, repeat
+from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 from typing import Callable
 
-from . import atomic_file
+from . import disk_queue_meta
+from .held_records import HeldRecords
+from .queue_cap import QueueCap
+from .disk_queue_meta import Positions
+from .segment_file import MIN_RECORD, SIZE, SegmentReader, read_span, whole_records, write_whole
 
 log = logging.getLogger("nsqd")
-
-_SIZE = struct.Struct(">i")
-_DEFERRED = struct.Struct(">qi")
-# how much a read takes from a file at once: a few hundred messages of a typical size
-_READ_CHUNK = 256 * 1024
-# a message on disk is at least its header: timestamp, attempts, ID
-MIN_RECORD = 26
-
-
-class QueueFull(Exception):
-    """A write the queue's cap refuses."""
-
-
-@dataclass
-class Positions:
-    depth: int = 0
-    read_file: int = 0
-    read_pos: int = 0
-    write_file: int = 0
-    write_pos: int = 0
 
 
 class DiskQueue:
@@ -91,23 +68,18 @@ class DiskQueue:
         self._max_record = max_msg_size + MIN_RECORD
         self._sync_every = sync_every
         self._unsynced = 0
-        self._positions = self._load_positions()
+        self._positions = disk_queue_meta.load(name, data_path)
         self._first_file = self._positions.read_file  # the oldest file still on disk
         # the write file the metadata on disk names: records go only to a file it names (else a restart would not
         # look for them there)
         self._meta_write_file = self._positions.write_file
-        # what was read and is not finished yet: key -> (file, position, number of records read before it)
-        self._hold_key = hold_key
-        self._held: dict[bytes, tuple[int, int, int]] = {}  # in read order
-        self._read_count = 0
+        # what was read and is not finished yet
+        self._held = HeldRecords(hold_key) if hold_key is not None else None
         self._write_fd: int | None = None
-        self._deferred_fd: int | None = None
-        self.deferred_records = 0  # in the deferred file
-        self._reader: _Reader | None = None
+        self._reader: SegmentReader | None = None
         self._deleted = False
         self._recover_tail()
-        self._max_bytes = max_bytes
-        self._drop_oldest = drop_oldest
+        self._cap = QueueCap(name, max_bytes, drop_oldest)
         self.dropped_count = 0
         self._bytes = self._unread_bytes()  # of the records waiting to be read
 
@@ -122,11 +94,7 @@ class DiskQueue:
 
     @property
     def meta_path(self) -> Path:
-        return self._data_path / f"{self.name}.diskqueue.meta.dat"
-
-    @property
-    def holds(self) -> bool:
-        return self._hold_key is not None
+        return disk_queue_meta.meta_path(self.name, self._data_path)
 
     @property
     def sync_due(self) -> bool:
@@ -153,9 +121,9 @@ class DiskQueue:
         if not payloads:
             return
         if len(payloads) == 1 and MIN_RECORD <= len(payloads[0]) <= self._max_record:
-            record = _SIZE.pack(len(payloads[0])) + payloads[0]
+            record = SIZE.pack(len(payloads[0])) + payloads[0]
             if self._positions.write_pos + len(record) <= self._max_bytes_per_file:
-                if self._max_bytes and capped:
+                if capped and self._cap.max_bytes:
                     self._make_room(len(record))
                 self._write(record, 1)  # one message per request: the common case, kept short
                 return
@@ -163,13 +131,13 @@ class DiskQueue:
         if min(sizes) < MIN_RECORD or max(sizes) > self._max_record:
             raise ValueError(f"invalid message size {min(sizes)}..{max(sizes)}")
         total = sum(sizes) + 4 * len(sizes)
-        if self._max_bytes and capped:
+        if capped and self._cap.max_bytes:
             self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
             # the common case, all in the current file: headers and payloads joined in one pass
-            self._write(b"".join(chain.from_iterable(zip(map(_SIZE.pack, sizes), payloads))), len(payloads))
+            self._write(b"".join(chain.from_iterable(zip(map(SIZE.pack, sizes), payloads))), len(payloads))
             return
-        self._put_records([_SIZE.pack(len(payload)) + payload for payload in payloads])
+        self._put_records([SIZE.pack(len(payload)) + payload for payload in payloads])
 
     def put_records(self, records: list[bytes]) -> None:
         """``put`` for records as ``read(framed=True)`` returns them, size prefix included (another queue's, moved
@@ -183,7 +151,7 @@ class DiskQueue:
 
     def _put_framed(self, records: list[bytes]) -> None:
         total = sum(map(len, records))
-        if self._max_bytes:
+        if self._cap.max_bytes:
             self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
             self._write(b"".join(records), len(records))
@@ -249,7 +217,7 @@ class DiskQueue:
     def _write(self, data: bytes, count: int) -> None:
         if not data:
             return
-        _write_whole(self._open_write_file(), data, self._positions.write_pos)
+        write_whole(self._open_write_file(), data, self._positions.write_pos)
         self._positions.write_pos += len(data)
         self._positions.depth += count
         self._unsynced += count
@@ -259,28 +227,24 @@ class DiskQueue:
 
     def check_room(self, size: int) -> None:
         """Raises QueueFull if the cap refuses records of ``size`` bytes (in all)."""
-        if self._max_bytes and self._bytes + size > self._max_bytes and \
-                (not self._drop_oldest or size > self._max_bytes):
-            raise QueueFull(f"queue {self.name} is full: {self._bytes} of its --max-bytes-per-queue={self._max_bytes}"
-                            f" bytes taken, {size} more refused")
+        self._cap.check(self._bytes, size)
 
     def _make_room(self, size: int) -> None:
-        self.check_room(size)
-        if self._bytes + size > self._max_bytes:
-            self._drop(self._bytes + size - self._max_bytes)
+        """Drops the oldest records if the cap needs room for ``size`` bytes more (QueueFull if it refuses)."""
+        free = self._cap.to_free(self._bytes, size)
+        if free:
+            self._drop(free)
 
     def _drop(self, size: int) -> None:
-        """Drops the oldest records until ``size`` bytes are free; 1/64 of the cap at least, so that a queue kept
-        at its cap does not read on every write."""
-        target = self._bytes - max(size, self._max_bytes // 64)
+        target = self._bytes - size
         while self._bytes > target:
             average = max(4 + MIN_RECORD, self._bytes // max(1, self._positions.depth))
             dropped = self.read((self._bytes - target) // average + 1)
             if not dropped:
                 break
-            if self._hold_key is not None:
+            if self._held is not None:
                 for payload in dropped:
-                    self.release(self._hold_key(payload))
+                    self.release(self._held.key(payload))
             self.dropped_count += len(dropped)
 
     def _unread_bytes(self) -> int:
@@ -337,8 +301,9 @@ class DiskQueue:
                     continue
                 self._bad_read_file()
                 continue
-            if self._hold_key is not None:
-                self._hold(taken, positions.read_file, positions.read_pos, framed)
+            if self._held is not None:
+                assert not framed, "held records are read as payloads"
+                self._held.hold(taken, positions.read_file, positions.read_pos)
             self._bytes -= reader.position - positions.read_pos
             positions.read_pos = reader.position
             positions.depth -= len(taken)
@@ -354,54 +319,24 @@ class DiskQueue:
         positions = self._positions
         if positions.read_file == positions.write_file and positions.read_pos >= positions.write_pos:
             return list
-        first, start, last, end = positions.read_file, positions.read_pos, positions.write_file, positions.write_pos
-
-        def run() -> list[bytes]:
-            payloads: list[bytes] = []
-            for number in range(first, last + 1):
-                if len(payloads) >= max_count:
-                    break
-                try:
-                    reader = _Reader(self.file_path(number), start if number == first else 0)
-                except FileNotFoundError:
-                    continue
-                try:
-                    while len(payloads) < max_count and (taken := reader.take(
-                            max_count - len(payloads), self._max_record, end if number == last else None)):
-                        payloads += taken
-                finally:
-                    reader.close()
-            return payloads
-
-        return run
-
-    def _hold(self, taken: list[bytes], file: int, position: int, framed: bool) -> None:
-        assert self._hold_key is not None and not framed, "held records are read as payloads"
-        held, keys = self._held, list(map(self._hold_key, taken))
-        before = len(held)
-        starts = accumulate((4 + len(payload) for payload in taken), initial=position)
-        held.update(zip(keys, zip(repeat(file), starts, count(self._read_count))))
-        self._read_count += len(taken)
-        if len(held) - before < len(taken):
-            # a message read again (an older copy a crash left behind): held where its newer copy is, in read order
-            for key in keys:
-                held[key] = held.pop(key)
+        paths = [self.file_path(number) for number in range(positions.read_file, positions.write_file + 1)]
+        start, end = positions.read_pos, positions.write_pos
+        return lambda: read_span(paths, start, end, max_count, self._max_record)
 
     def release(self, key: bytes) -> None:
         """The message read under ``key`` is finished (or safe elsewhere): a restart need not read it again."""
-        if self._held.pop(key, None) is not None:
+        if self._held is not None and self._held.release(key):
             self._unsynced += 1
 
     def release_all(self) -> None:
-        self._held.clear()
+        if self._held is not None:
+            self._held.clear()
 
     def _start_of_held(self) -> tuple[int, int, int]:
         """Where a restart must start reading: (file, position, records from there already read)."""
-        oldest = next(iter(self._held.values()), None)
-        if oldest is None:
+        if self._held is None:
             return self._positions.read_file, self._positions.read_pos, 0
-        file, position, read_before = oldest
-        return file, position, self._read_count - read_before
+        return self._held.restart_point(self._positions.read_file, self._positions.read_pos)
 
     def _read_files_done(self) -> list[Path]:
         """The files read to their end that hold nothing unfinished, to delete; from now on not counted as on
@@ -411,10 +346,10 @@ class DiskQueue:
         self._first_file = max(self._first_file, keep_from)
         return done
 
-    def _open_reader(self) -> _Reader | None:
+    def _open_reader(self) -> SegmentReader | None:
         if self._reader is None:
             try:
-                self._reader = _Reader(self.file_path(self._positions.read_file), self._positions.read_pos)
+                self._reader = SegmentReader(self.file_path(self._positions.read_file), self._positions.read_pos)
             except FileNotFoundError:
                 return None
         return self._reader
@@ -479,7 +414,7 @@ class DiskQueue:
                     os.close(fd)
             if not self._deleted:
                 try:
-                    _write_meta(self.meta_path, snapshot)
+                    disk_queue_meta.write(self.meta_path, snapshot)
                 except OSError:
                     if not done_files:
                         raise
@@ -487,7 +422,7 @@ class DiskQueue:
                     # would fill a full disk for good). A restart before the metadata is written finds them gone
                     # and goes on with the next file.
                     _unlink(done_files)
-                    _write_meta(self.meta_path, snapshot)
+                    disk_queue_meta.write(self.meta_path, snapshot)
                 self._meta_write_file = snapshot.write_file
             _unlink(done_files)  # once the metadata no longer names them
 
@@ -507,7 +442,6 @@ class DiskQueue:
         if self._write_fd is not None:
             os.close(self._write_fd)
             self._write_fd = None
-        self._close_deferred()
 
     def empty(self) -> None:
         """Drops every message: deletes every file of the queue (from the oldest one kept), as NSQ's does."""
@@ -518,10 +452,8 @@ class DiskQueue:
         self._positions = Positions(0, next_file, 0, next_file, 0)
         self._first_file = next_file
         self._bytes = 0
-        self._held.clear()
+        self.release_all()
         self.sync_job()()
-        self.deferred_path.unlink(missing_ok=True)
-        self.deferred_records = 0
 
     def delete(self) -> None:
         """Drops every message and every file, metadata included."""
@@ -529,83 +461,7 @@ class DiskQueue:
         self._deleted = True
         self.meta_path.unlink(missing_ok=True)
 
-    # -- deferred messages, beyond NSQ -------------------------------------------------------------------
-
-    @property
-    def deferred_path(self) -> Path:
-        return self._data_path / f"{self.name}.diskqueue.deferred.dat"
-
-    def save_deferred(self, messages: list[tuple[int, bytes]]) -> None:
-        """Deferred messages with their due times (unix ns for a channel), so a restart delivers each when it is
-        due instead of at once, as NSQ would. Records: [int64 due][int32 size][payload]; replaced atomically."""
-        self._close_deferred()
-        if not messages:
-            self.deferred_path.unlink(missing_ok=True)
-        else:
-            atomic_file.replace(self.deferred_path, _deferred_records(messages))
-        self.deferred_records = len(messages)
-
-    def append_deferred(self, messages: list[tuple[int, bytes]]) -> None:
-        """Adds to the deferred file with one write, or raises OSError having added none."""
-        if self._deferred_fd is None:
-            self._deferred_fd = os.open(self.deferred_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        fd = self._deferred_fd
-        _write_whole(fd, _deferred_records(messages), os.lseek(fd, 0, os.SEEK_END))
-        self.deferred_records += len(messages)
-
-    def _close_deferred(self) -> None:
-        if self._deferred_fd is not None:
-            os.close(self._deferred_fd)
-            self._deferred_fd = None
-
-    def take_deferred(self, keep: bool = False) -> list[tuple[int, bytes]]:
-        """The deferred messages the file holds: the file is removed (they are the caller's now), or with ``keep``
-        kept for appending (a damaged end cut off)."""
-        try:
-            data = self.deferred_path.read_bytes()
-        except FileNotFoundError:
-            return []
-        messages: list[tuple[int, bytes]] = []
-        offset = 0
-        while offset + _DEFERRED.size <= len(data):
-            due, size = _DEFERRED.unpack_from(data, offset)
-            offset += _DEFERRED.size
-            if not MIN_RECORD <= size <= self._max_record or offset + size > len(data):
-                log.error("DISKQUEUE(%s): %s is damaged after %d messages; the rest of it is lost", self.name,
-                          self.deferred_path.name, len(messages))
-                break
-            messages.append((due, data[offset:offset + size]))
-            offset += size
-        if not keep:
-            self.deferred_path.unlink()
-        elif offset < len(data):
-            self.save_deferred(messages)
-        self.deferred_records = len(messages) if keep else 0
-        return messages
-
     # -- start-up ----------------------------------------------------------------------------------------
-
-    def _load_positions(self) -> Positions:
-        try:
-            text = self.meta_path.read_text()
-        except FileNotFoundError:
-            return Positions()
-        try:
-            depth_line, read_line, write_line = text.split("\n")[:3]
-            read_file, read_pos = (int(part) for part in read_line.split(","))
-            write_file, write_pos = (int(part) for part in write_line.split(","))
-            return Positions(int(depth_line), read_file, read_pos, write_file, write_pos)
-        except ValueError:
-            log.error("DISKQUEUE(%s): unreadable metadata %s; starting from the oldest file", self.name,
-                      self.meta_path.name)
-            return self._positions_from_files()
-
-    def _positions_from_files(self) -> Positions:
-        numbers = sorted(int(path.name.rsplit(".", 2)[1]) for path in
-                         self._data_path.glob(f"{self.name}.diskqueue.[0-9]*.dat"))
-        if not numbers:
-            return Positions()
-        return Positions(0, numbers[0], 0, numbers[0], 0)
 
     def _recover_tail(self) -> None:
         """Records written after the last sync are in the write file past the recorded position: count them in,
@@ -617,14 +473,7 @@ class DiskQueue:
             return
         if size <= self._positions.write_pos:
             return
-        reader = _Reader(path, self._positions.write_pos)
-        recovered = 0
-        try:
-            while records := reader.take(4096, self._max_record, size, skip=0):
-                recovered += len(records)
-            end = reader.position
-        finally:
-            reader.close()
+        end, recovered = whole_records(path, self._positions.write_pos, size, self._max_record)
         if end < size:
             log.warning("DISKQUEUE(%s): cutting %d bytes of a torn record off %s", self.name, size - end, path.name)
             os.truncate(path, end)
@@ -634,75 +483,6 @@ class DiskQueue:
         self._positions.depth += recovered
 
 
-class _Reader:
-    """Sequential records from one file."""
-
-    def __init__(self, path: Path, position: int) -> None:
-        self._file = open(path, "rb", buffering=0)  # read with pread, a chunk at a time
-        self.position = position
-        self._size = os.fstat(self._file.fileno()).st_size
-
-    def take(self, count: int, max_record: int, end: int | None, skip: int = 4) -> list[bytes]:
-        """Up to ``count`` records from the current position, read a chunk at a time, each without its first
-        ``skip`` bytes (4: the payload alone; 0: the whole record); stops before a record that is invalid or not
-        whole by the limit (``end``, else the file's size), which the next call then finds first (and returns
-        nothing)."""
-        limit = end if end is not None else self._size
-        if end is None and self.position + 4 > limit:
-            self._size = limit = os.fstat(self._file.fileno()).st_size
-        payloads: list[bytes] = []
-        unpack, fd = _SIZE.unpack_from, self._file.fileno()
-        while len(payloads) < count and self.position + 4 <= limit:
-            chunk = os.pread(fd, min(limit - self.position, _READ_CHUNK), self.position)
-            offset = 0
-            while len(payloads) < count and offset + 4 <= len(chunk):
-                (size,) = unpack(chunk, offset)
-                if not MIN_RECORD <= size <= max_record:
-                    break
-                if offset + 4 + size > len(chunk):
-                    if offset == 0 and self.position + 4 + size <= limit:  # one record larger than a chunk
-                        chunk = os.pread(fd, 4 + size, self.position)
-                        if len(chunk) == 4 + size:
-                            payloads.append(chunk[skip:])
-                            offset = 4 + size
-                    break
-                payloads.append(chunk[offset + skip:offset + 4 + size])
-                offset += 4 + size
-            if offset == 0:
-                break  # an invalid or incomplete record
-            self.position += offset
-        return payloads
-
-    def at_end(self) -> bool:
-        self._size = os.fstat(self._file.fileno()).st_size
-        return self.position >= self._size
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def _write_whole(fd: int, data: bytes, start: int) -> None:
-    """Writes all of ``data`` at ``start``, the descriptor's position, or raises OSError having cut the file back
-    to ``start``: no torn record left behind, and the next write goes where this one started (not after a hole)."""
-    try:
-        written = 0
-        while written < len(data):
-            written += os.write(fd, data[written:])
-    except OSError:
-        os.ftruncate(fd, start)
-        os.lseek(fd, start, os.SEEK_SET)
-        raise
-
-
-def _deferred_records(messages: list[tuple[int, bytes]]) -> bytes:
-    return b"".join(_DEFERRED.pack(due, len(payload)) + payload for due, payload in messages)
-
-
 def _unlink(paths: list[Path]) -> None:
     for path in paths:
         path.unlink(missing_ok=True)
-
-
-def _write_meta(path: Path, positions: Positions) -> None:
-    atomic_file.replace(path, (f"{positions.depth}\n{positions.read_file},{positions.read_pos}\n"
-                               f"{positions.write_file},{positions.write_pos}\n").encode())

@@ -379,7 +379,7 @@ async def _peek(queue: MessageQueue, count: int) -> Response:
     try:
         body = await asyncio.to_thread(lambda: _messages_json(job()))
     except OSError as error:
-        log.error("failed to peek at %s - %s", queue.backend.name, error)
+        log.error("failed to peek at %s - %s", queue.name, error)
         raise HTTPError(500, "INTERNAL_ERROR") from None
     return json_response(body)
 

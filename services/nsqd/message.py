@@ -8,13 +8,17 @@ clients' RDY counts) are objects with mutable state.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .channel import Consumer
 
-# a message waiting in a topic or a channel: (id, body, timestamp ns, attempts so far)
+# a message waiting in a topic or a channel: (id, body, timestamp ns, attempts so far), read by these positions
 QueuedMessage = tuple[bytes, bytes, int, int]
+ID: Final = 0
+BODY: Final = 1
+TIMESTAMP: Final = 2
+ATTEMPTS: Final = 3
 
 
 class InFlightMessage:
@@ -22,10 +26,10 @@ class InFlightMessage:
 
     __slots__ = ("id", "body", "timestamp", "attempts", "client", "delivered_at", "deadline")
 
-    def __init__(self, entry: QueuedMessage, client: Client, now: float, deadline: float) -> None:
+    def __init__(self, entry: QueuedMessage, client: Consumer, now: float, deadline: float) -> None:
         self.id, self.body, self.timestamp, attempts = entry
         self.attempts = attempts + 1
-        self.client: Client = client
+        self.client: Consumer = client
         self.delivered_at = now
         self.deadline = deadline
 
@@ -34,12 +38,13 @@ class InFlightMessage:
 
 
 class DeferredMessage:
-    """A message waiting in a channel until ``deadline`` (DPUB, or REQ with a delay)."""
+    """A deferred message: in a channel until ``deadline`` (DPUB, or REQ with a delay), in a topic with its delay
+    (deferred_store.py)."""
 
     __slots__ = ("id", "deadline", "entry")
 
     def __init__(self, entry: QueuedMessage, deadline: float) -> None:
-        self.id = entry[0]
+        self.id = entry[ID]
         self.deadline = deadline
         self.entry = entry
 

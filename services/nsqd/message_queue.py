@@ -1,23 +1,25 @@
-"""The messages a topic or a channel holds: in memory up to ``--mem-queue-size``, then in its backend.
+"""The messages a topic or a channel holds: queued ones, and deferred ones (``deferred``, a ``DeferredStore``).
 
-The backend is the name's disk queue, or ``NullBackend`` for an ephemeral name, which keeps nothing: what memory
-cannot hold is dropped and counted, as NSQ's ephemeral topics and channels do. ``depth`` counts both parts.
+A queue is one of two kinds, chosen once where it is opened (storage.py); the topic and the channel never ask
+which they have:
 
-At ``--mem-queue-size=0`` a channel's queue keeps every message on disk until it is finished: its disk queue holds
-what it hands out (see disk_queue.py) until ``release``, and a message put back (requeued, timed out, due) is
-written again before the copy it was read from is released.
+- ``MemoryFirstQueue``, NSQ's: messages a consumer can take at once (``take_now``) are handed over without being
+  queued; the rest wait in memory up to ``--mem-queue-size``, then in the backend (the name's disk queue, or
+  nothing for an ephemeral name, which drops and counts what memory cannot hold).
+- ``DiskThroughQueue``, a channel's at ``--mem-queue-size=0``: every message is written to its disk queue before a
+  consumer gets it, and its copy there is kept until it is finished (``release``); a message put back (requeued,
+  timed out, due) is written again before the copy it was read from is released, and a deferred one is released
+  once its deferred file holds it. A crash then loses nothing in flight, requeued or deferred. Its memory only
+  holds what was read from disk and not handed out yet.
 
-At ``--mem-queue-size=0`` deferred messages are kept on disk too (``keeps_deferred``): each is added to the
-backend's deferred file as it is deferred (``defer``), and the file is replaced by the ones still deferred once
-most of it is gone (``deferred_left``). A crash may then deliver a message twice, never lose one.
+``depth`` (``len``) counts memory and backend. ``peek_job`` shows the messages in the order they would be handed
+out (memory, then the backend) without taking any: nothing it reads is counted, moved or released.
 
-``peek_job`` shows the messages in the order they would be handed out (memory, then the backend) without taking
-any: nothing it reads is counted, moved or released.
-
-A write the disk refuses is reported to nsqd's health and leaves the choice to the caller: the messages either
-stay in memory (a channel: nothing accepted is dropped) or are refused as a whole, nothing of them queued (a
-topic: the publish fails). A write that succeeds reports health restored. A write the queue's cap
-(``--max-bytes-per-queue``) refuses is the same, but for health: a full queue is the policy at work, not a fault.
+Messages are either new (``accept``, ``defer_new``: a publish, not acknowledged yet) or accepted earlier (``put``,
+``defer``). A write the disk refuses is reported to nsqd's health: a new message is then refused (OSError, none of
+them kept: the publish fails), one accepted earlier stays in memory (nothing accepted is dropped). A write that
+succeeds reports health restored. A write the queue's cap (``--max-bytes-per-queue``) refuses raises ``QueueFull``
+the same way, but leaves health alone: a full queue is the policy at work, not a fault.
 """
 
 from __future__ import annotations
@@ -25,301 +27,215 @@ from __future__ import annotations
 import logging
 from collections import deque
 from itertools import islice
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable
 
-from shared.protocol.names import is_ephemeral
-
-from .disk_queue import MIN_RECORD, DiskQueue, QueueFull
+from .backend import Backend
+from .deferred_store import DeferredStore
 from .health import Health
-from .message import QueuedMessage, decode, encode, message_id
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from .options import Options
+from .message import ID, BODY, QueuedMessage, decode, encode
+from .queue_cap import QueueFull
+from .segment_file import MIN_RECORD
 
 log = logging.getLogger("nsqd")
 
-
-class Backend(Protocol):
-    """Where messages go once memory is full: ``DiskQueue``, or ``NullBackend``."""
-
-    name: str
-    dropped_count: int
-    deferred_records: int
-
-    @property
-    def holds(self) -> bool:
-        """Whether it keeps what it hands out until released."""
-
-    @property
-    def depth(self) -> int: ...
-
-    def put(self, payloads: list[bytes], capped: bool = True) -> None: ...
-
-    def check_room(self, size: int) -> None: ...
-
-    def put_records(self, records: list[bytes]) -> None: ...
-
-    def read(self, max_count: int, framed: bool = False) -> list[bytes]: ...
-
-    def peek_job(self, max_count: int) -> Callable[[], list[bytes]]: ...
-
-    def release(self, key: bytes) -> None: ...
-
-    def release_all(self) -> None: ...
-
-    def save_deferred(self, messages: list[tuple[int, bytes]]) -> None: ...
-
-    def append_deferred(self, messages: list[tuple[int, bytes]]) -> None: ...
-
-    def take_deferred(self, keep: bool = False) -> list[tuple[int, bytes]]: ...
-
-    def empty(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def delete(self) -> None: ...
+# hands messages to the consumers with room, in order; how many they took
+TakeNow = Callable[[list[QueuedMessage]], int]
 
 
-class NullBackend:
-    """An ephemeral name's backend: holds nothing, counts what it was given as dropped."""
-
-    depth = 0
-    holds = False
-    deferred_records = 0
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.dropped_count = 0
-
-    def put(self, payloads: list[bytes], capped: bool = True) -> None:
-        self.dropped_count += len(payloads)
-
-    def check_room(self, size: int) -> None:
-        pass
-
-    def put_records(self, records: list[bytes]) -> None:
-        self.dropped_count += len(records)
-
-    def read(self, max_count: int, framed: bool = False) -> list[bytes]:
-        return []
-
-    def peek_job(self, max_count: int) -> Callable[[], list[bytes]]:
-        return list
-
-    def release(self, key: bytes) -> None:
-        pass
-
-    def release_all(self) -> None:
-        pass
-
-    def save_deferred(self, messages: list[tuple[int, bytes]]) -> None:
-        pass
-
-    def append_deferred(self, messages: list[tuple[int, bytes]]) -> None:
-        pass
-
-    def take_deferred(self, keep: bool = False) -> list[tuple[int, bytes]]:
-        return []
-
-    def empty(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def delete(self) -> None:
-        pass
+def nobody_takes(entries: list[QueuedMessage]) -> int:
+    """``take_now`` for a queue without consumers (a topic's)."""
+    return 0
 
 
 class MessageQueue:
-    def __init__(self, backend: Backend, memory_size: int, health: Health,
+    # whether the backend keeps what it hands out until it is released
+    keeps_until_finished = False
+
+    def __init__(self, backend: Backend, memory_size: int, deferred: DeferredStore, health: Health,
                  forget: Callable[[Backend], None]) -> None:
+        self.name = backend.name
         self.memory: deque[QueuedMessage] = deque()
-        self.backend = backend
-        self.holds_until_finished = backend.holds
-        # release(message ID): the message is finished, its disk copy need not survive a crash any more
-        self.release = backend.release
-        self.keeps_deferred = memory_size == 0
+        self.deferred = deferred
+        self._backend = backend
         self._memory_size = memory_size
         self._health = health
         self._forget = forget  # tells the storage the backend's files are gone
 
     def __len__(self) -> int:
-        return len(self.memory) + self.backend.depth
+        return len(self.memory) + self._backend.depth
 
     @property
     def backend_depth(self) -> int:
-        return self.backend.depth
+        return self._backend.depth
 
     @property
     def dropped_count(self) -> int:
-        return self.backend.dropped_count
+        return self._backend.dropped_count
 
     @property
     def room(self) -> int:
         """How many more messages memory holds."""
         return max(0, self._memory_size - len(self.memory))
 
-    def put(self, entries: list[QueuedMessage], keep_refused: bool) -> None:
-        """Memory while it has room, then the backend. If the disk refuses: with ``keep_refused`` the messages
-        stay in memory, else OSError is raised and none of ``entries`` is queued."""
-        room = self._memory_size - len(self.memory)
-        if room >= len(entries):
-            self.memory.extend(entries)
-            return
-        room = max(0, room)
+    # -- messages in -----------------------------------------------------------------------------------------
+
+    def accept(self, entries: list[QueuedMessage], take_now: TakeNow = nobody_takes) -> None:
+        """New messages: what ``take_now`` does not take is queued, or OSError (QueueFull) is raised and none of
+        that is queued."""
+        self._put(entries, take_now, refuse=True)
+
+    def put(self, entries: list[QueuedMessage], take_now: TakeNow = nobody_takes) -> None:
+        """Messages accepted earlier: what ``take_now`` does not take is queued, in memory if the disk refuses."""
+        self._put(entries, take_now, refuse=False)
+
+    def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> None:
+        raise NotImplementedError
+
+    def _write(self, entries: list[QueuedMessage], refuse: bool) -> bool:
+        """Writes ``entries`` to the backend; whether it took them (if not, raised with ``refuse``)."""
         try:
-            self.backend.put([encode(entry) for entry in (entries[room:] if room else entries)])
+            self._backend.put([encode(entry) for entry in entries])
         except (OSError, QueueFull) as error:
             self._refused(error)
-            if not keep_refused:
+            if refuse:
                 raise
-            self.memory.extend(entries)
-            return
-        self._written()
-        if self.holds_until_finished:
-            for entry in entries:  # written again: the copies read before need not be kept
-                self.backend.release(entry[0])
-        if room:
-            self.memory.extend(entries[:room])
+            return False
+        if self._health.error is not None:
+            self._health.write_succeeded()
+        return True
 
     def check_room(self, entries: list[QueuedMessage]) -> None:
         """Raises QueueFull if the cap would refuse what of ``entries`` memory cannot hold."""
         spill = len(entries) - self.room
         if spill > 0:
-            self.backend.check_room(sum(4 + MIN_RECORD + len(entry[1]) for entry in entries[-spill:]))
-
-    def defer(self, entries: list[tuple[int, QueuedMessage]], keep_refused: bool) -> None:
-        """With ``keeps_deferred``: ``entries`` (each with its due time, or delay) go to the deferred file. If
-        the disk refuses: with ``keep_refused`` they are deferred in memory alone, else OSError is raised."""
-        try:
-            self.backend.append_deferred([(due, encode(entry)) for due, entry in entries])
-        except OSError as error:
-            self._refused(error)
-            if not keep_refused:
-                raise
-            return
-        self._written()
-        if self.holds_until_finished:
-            for _, entry in entries:  # a requeued message: safe in its deferred copy
-                self.backend.release(entry[0])
-
-    def deferred_left(self, still_deferred: int, listing: Callable[[], list[tuple[int, bytes]]]) -> None:
-        """Deferred messages left the deferred file's keeping (due, and queued again): once it holds mostly gone
-        ones, it is replaced by ``listing()``, the ``still_deferred`` ones. Not while the disk refuses writes: the
-        messages queued again may be in memory alone."""
-        records = self.backend.deferred_records
-        if records <= 2 * still_deferred + 1000 and (still_deferred or not records):
-            return
-        if self._health.error is not None:
-            return
-        try:
-            self.backend.save_deferred(listing())
-        except OSError as error:
-            self._refused(error)  # the file keeps more than it must: duplicates after a crash, never a loss
+            self._backend.check_room(sum(4 + MIN_RECORD + len(entry[BODY]) for entry in entries[-spill:]))
 
     def put_records(self, records: list[bytes]) -> None:
-        """Disk records as another queue's disk wrote them (size prefix included), written as they are; if the
-        disk refuses, they stay in memory, decoded."""
+        """Messages accepted earlier, as another queue's disk wrote them (size prefix included), written as they
+        are; if the disk refuses, they stay in memory, decoded."""
         try:
-            self.backend.put_records(records)
+            self._backend.put_records(records)
         except (OSError, QueueFull) as error:
             self._refused(error)
             self.memory.extend(decode(record, 4) for record in records)
             return
-        self._written()
+        if self._health.error is not None:
+            self._health.write_succeeded()
+
+    def defer(self, entry: QueuedMessage, deadline: float) -> None:
+        """A message accepted earlier, deferred until ``deadline``."""
+        self.deferred.add(entry, deadline)
+
+    def defer_new(self, entry: QueuedMessage, deadline: float) -> None:
+        """A new message, deferred until ``deadline``; OSError if the disk refuses it."""
+        self.deferred.add_new(entry, deadline)
+
+    def release(self, msg_id: bytes) -> None:
+        """The message is finished (or safe elsewhere): its disk copy need not survive a crash any more."""
 
     def _refused(self, error: OSError | QueueFull) -> None:
         """A disk's refusal makes nsqd unhealthy; the cap's is its policy, not a fault."""
         if isinstance(error, OSError):
-            self._health.write_failed(f"failed to write messages to {self.backend.name}", error)
+            self._health.write_failed(f"failed to write messages to {self.name}", error)
 
-    def _written(self) -> None:
-        if self._health.error is not None:
-            self._health.write_succeeded()
+    # -- messages out ----------------------------------------------------------------------------------------
 
     def fill_memory(self, max_count: int) -> bool:
         """Moves up to ``max_count`` messages from the backend to memory; False if there were none."""
-        if not self.backend.depth:
+        if not self._backend.depth:
             return False
         try:
-            payloads = self.backend.read(max_count)
+            payloads = self._backend.read(max_count)
         except OSError as error:
-            log.error("failed to read messages from %s - %s", self.backend.name, error)
+            log.error("failed to read messages from %s - %s", self.name, error)
             return False
         self.memory.extend(decode(payload) for payload in payloads)
         return bool(payloads)
-
-    def peek_job(self, max_count: int) -> Callable[[], list[QueuedMessage]]:
-        """Up to ``max_count`` messages in the order they would be handed out, none taken: memory's are copied now,
-        the backend's are read when the job runs, which may be on another thread."""
-        memory = list(islice(self.memory, max_count))
-        backend_job = self.backend.peek_job(max_count - len(memory)) if len(memory) < max_count else list
-
-        def run() -> list[QueuedMessage]:
-            return memory + [decode(payload) for payload in backend_job()]
-
-        return run
 
     def take_memory(self) -> list[QueuedMessage]:
         entries = list(self.memory)
         self.memory.clear()
         return entries
 
+    def read_records(self, max_count: int) -> list[bytes]:
+        """Up to ``max_count`` of the backend's messages as records (size prefix included), to move as they are."""
+        return self._backend.read(max_count, framed=True)
+
+    def peek_job(self, max_count: int) -> Callable[[], list[QueuedMessage]]:
+        """Up to ``max_count`` messages in the order they would be handed out, none taken: memory's are copied now,
+        the backend's are read when the job runs, which may be on another thread."""
+        memory = list(islice(self.memory, max_count))
+        backend_job = self._backend.peek_job(max_count - len(memory)) if len(memory) < max_count else list
+
+        def run() -> list[QueuedMessage]:
+            return memory + [decode(payload) for payload in backend_job()]
+
+        return run
+
+    # -- the whole queue -------------------------------------------------------------------------------------
+
     def empty(self) -> None:
+        """Drops every queued and deferred message."""
         self.memory.clear()
-        self.backend.empty()
+        self._backend.empty()
+        self.deferred.clear()
 
     def delete(self) -> None:
         """Drops every message and removes the backend's files."""
         self.empty()
-        self.backend.delete()
-        self._forget(self.backend)
+        self._backend.delete()
+        self._forget(self._backend)
 
-    def flush_to_disk(self, entries: list[QueuedMessage], deferred: list[tuple[int, bytes]]) -> None:
-        """At exit: memory then ``entries`` go to the backend, ``deferred`` to its deferred file; then it closes.
+    def flush_to_disk(self, entries: list[QueuedMessage]) -> None:
+        """At exit: memory then ``entries`` go to the backend, the deferred messages to their file; then it closes.
         Messages the disk refuses now are lost, and logged."""
         entries = self.take_memory() + entries
         try:
-            self.backend.put([encode(entry) for entry in entries], capped=False)  # accepted: the cap is for news
-            self.backend.save_deferred(deferred)
-            self.backend.release_all()  # all safe in their new copies
+            self._backend.put([encode(entry) for entry in entries], capped=False)  # accepted: the cap is for news
+            self.deferred.save()
+            self._backend.release_all()  # all safe in their new copies
         except OSError as error:
-            log.error("failed to flush the messages of %s to disk - %s", self.backend.name, error)
+            log.error("failed to flush the messages of %s to disk - %s", self.name, error)
         try:
-            self.backend.close()
+            self._backend.close()
         except OSError as error:  # its files are closed all the same; a restart trusts them over the metadata
-            log.error("failed to sync %s - %s", self.backend.name, error)
+            log.error("failed to sync %s - %s", self.name, error)
 
 
-class Storage:
-    """The message queues of one nsqd: their disk queues live in its data path and are kept for the sync loop.
-    Ephemeral names, and every name without a data path (``None``, for tests of the in-memory logic), have a
-    ``NullBackend`` instead."""
+class MemoryFirstQueue(MessageQueue):
+    """Consumers with room first, then memory, then the backend."""
 
-    def __init__(self, data_path: Path | None, opts: Options) -> None:
-        self.data_path = data_path
-        self.health = Health()
-        self.queues: dict[str, DiskQueue] = {}
-        self._opts = opts
+    def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> None:
+        taken = take_now(entries)
+        if taken:
+            entries = entries[taken:]
+        room = self._memory_size - len(self.memory)
+        if room >= len(entries):
+            self.memory.extend(entries)
+            return
+        room = max(0, room)
+        if not self._write(entries[room:] if room else entries, refuse):
+            self.memory.extend(entries)  # the disk refused them: kept all the same, in order
+        elif room:
+            self.memory.extend(entries[:room])
 
-    def open(self, name: str, channel: bool = False) -> MessageQueue:
-        """``channel``: a channel's queue, which at ``--mem-queue-size=0`` keeps messages on disk until they are
-        finished."""
-        backend = self._backend(name, hold=channel and self._opts.mem_queue_size == 0)
-        return MessageQueue(backend, self._opts.mem_queue_size, self.health, self._forget)
 
-    def _backend(self, name: str, hold: bool) -> Backend:
-        if self.data_path is None or is_ephemeral(name):
-            return NullBackend(name)
-        opts = self._opts
-        queue = DiskQueue(name, self.data_path, opts.max_bytes_per_file, opts.max_msg_size, opts.sync_every,
-                          hold_key=message_id if hold else None, max_bytes=opts.max_bytes_per_queue,
-                          drop_oldest=opts.queue_full_policy == "drop-oldest")
-        self.queues[name] = queue
-        return queue
+class DiskThroughQueue(MessageQueue):
+    """Every message through the disk queue, held there until it is finished (the backend holds what it reads)."""
 
-    def _forget(self, backend: Backend) -> None:
-        self.queues.pop(backend.name, None)
+    keeps_until_finished = True
+
+    def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> None:
+        if not self._write(entries, refuse):
+            self.memory.extend(entries)  # the disk refused them: kept all the same
+            return
+        release = self._backend.release
+        for entry in entries:  # written again: the copies read before need not be kept
+            release(entry[ID])
+
+    def defer(self, entry: QueuedMessage, deadline: float) -> None:
+        if self.deferred.add(entry, deadline):
+            self._backend.release(entry[ID])  # a requeued message: safe in its deferred copy
+
+    def release(self, msg_id: bytes) -> None:
+        self._backend.release(msg_id)

@@ -25,7 +25,7 @@ from . import atomic_file, identify, metadata, tls
 from .busy_poll import BusyPoll
 from .channel import Channel
 from .client import Client, EndOfTurnFlush
-from .message_queue import Storage
+from .storage import Storage
 from .http_api import build_router, tls_required
 from .http_server import HTTPService
 from .metadata import DataPathLock

@@ -3,8 +3,7 @@
 With no channels, or while paused, messages wait in the topic's message queue (memory, then disk once memory
 holds ``--mem-queue-size``); the first channel to appear (or the unpause) receives that backlog, as in NSQ. They
 wait as the channels will receive them (``QueuedMessage``, no attempt yet). A deferred message (DPUB) starts its
-delay when it reaches a channel: while it waits here it is held beside the queue with its delay, in memory, and at
-exit in the disk queue's file of deferred messages (at ``--mem-queue-size=0`` in that file all along).
+delay when it reaches a channel: while it waits here it is in the queue's deferred store with its delay.
 
 A publish that the topic's disk queue, or a channel's, cannot take is refused (``E_PUB_FAILED``/``E_MPUB_FAILED``,
 HTTP 500) before it is acknowledged: with ``--mem-queue-size=0`` an OK means the message is on disk in every
@@ -24,15 +23,15 @@ from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 from shared.protocol.names import is_ephemeral
 
 from .channel import Channel
-from .disk_queue import QueueFull
 from .guid import GuidFactory
-from .message import QueuedMessage, decode, encode
+from .message import QueuedMessage
+from .queue_cap import QueueFull
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from .message_queue import Storage
     from .options import Options
+    from .storage import Storage
 
 
 
@@ -51,12 +50,7 @@ class Topic:
         self.ephemeral = is_ephemeral(name)
         self._storage = storage
         self._health = storage.health
-        self.queue = storage.open(name)
-        # DPUBs waiting for a channel, with their delay in ms: it starts once they reach one, so the file they are
-        # saved to at exit keeps the delay itself, where a channel's keeps due times
-        self._held_deferred: list[tuple[QueuedMessage, int]] = [
-            (decode(payload), defer_ms)
-            for defer_ms, payload in self.queue.backend.take_deferred(keep=self.queue.keeps_deferred)]
+        self.queue = storage.open_topic(name)
         # a topic restored at start-up hands its backlog out only once all its channels exist again
         self.started = started
         self._started_event: asyncio.Event | None = None  # made only when someone waits for the start
@@ -75,7 +69,7 @@ class Topic:
 
     @property
     def depth(self) -> int:
-        return len(self.queue) + len(self._held_deferred)
+        return len(self.queue) + len(self.queue.deferred)
 
     @property
     def backend_depth(self) -> int:
@@ -97,72 +91,69 @@ class Topic:
             entries = [(self._guid.next_id(), bodies[0], timestamp, 0)]
         else:
             entries = list(zip(self._guid.next_ids(count), bodies, repeat(timestamp, count), repeat(0, count)))
-        if self.paused or not self.channels or not self.started:
-            self._hold(entries, defer_ms)
-        else:
-            self._distribute(entries, defer_ms, keep_refused=False)
+        try:
+            if self.paused or not self.channels or not self.started:
+                self._hold(entries, defer_ms)
+            else:
+                self._distribute(entries, defer_ms)
+        except OSError as error:
+            raise TopicError(str(error)) from None
+        except QueueFull as error:
+            raise TopicFull(str(error)) from None
         self.message_count += count
         self.message_bytes += len(bodies[0]) if count == 1 else sum(map(len, bodies))
         if self._health.error is not None:  # taken again: nsqd no longer refuses what it is sent
             self._health.write_succeeded()
 
     def _hold(self, entries: list[QueuedMessage], defer_ms: int) -> None:
-        """Raises TopicError, holding none of ``entries``, if the disk refuses them."""
-        try:
-            if not defer_ms:
-                self.queue.put(entries, keep_refused=False)
-                return
-            if self.queue.keeps_deferred:
-                self.queue.defer([(defer_ms, entry) for entry in entries], keep_refused=False)
-        except OSError as error:
-            raise TopicError(str(error)) from None
-        except QueueFull as error:
-            raise TopicFull(str(error)) from None
-        self._held_deferred.extend((entry, defer_ms) for entry in entries)
-
-    def _distribute(self, entries: list[QueuedMessage], defer_ms: int, keep_refused: bool = True) -> None:
-        """Every channel gets every entry. Without ``keep_refused`` (a publish), TopicError if a channel's disk
-        refuses them: the publish is not acknowledged, though the channels before that one may have taken it."""
+        """Until a channel takes them; OSError (QueueFull) if the queue refuses them, none held then."""
         if not defer_ms:
-            try:
-                if not keep_refused and self._opts.max_bytes_per_queue:
-                    for channel in self.channels.values():
-                        channel.queue.check_room(entries)
-                for channel in self.channels.values():
-                    channel.put_new(entries, keep_refused)
-            except OSError as error:
-                raise TopicError(str(error)) from None
-            except QueueFull as error:
-                raise TopicFull(str(error)) from None
+            self.queue.accept(entries)
             return
-        now = time.monotonic()
-        try:
-            for channel in self.channels.values():
+        for entry in entries:
+            self.queue.defer_new(entry, defer_ms / 1000)
+
+    def _distribute(self, entries: list[QueuedMessage], defer_ms: int) -> None:
+        """Every channel takes every entry, or OSError (QueueFull) is raised by the first that refuses them: the
+        publish is not acknowledged, though the channels before that one took it. A cap is checked with every
+        channel first, so that a full queue leaves the publish with none."""
+        channels = self.channels.values()
+        if defer_ms:
+            now = time.monotonic()
+            for channel in channels:
                 for entry in entries:
-                    channel.put_deferred(entry, defer_ms / 1000, now, keep_refused)
-        except OSError as error:
-            raise TopicError(str(error)) from None
+                    channel.publish_deferred(entry, defer_ms / 1000, now)
+            return
+        if self._opts.max_bytes_per_queue:
+            for channel in channels:
+                channel.queue.check_room(entries)
+        for channel in channels:
+            channel.publish(entries)
 
     def _pump_backlog(self) -> None:
         """Hands the backlog to the channels: memory first, then the disk queue a batch per event-loop turn, so
         other clients are served while a large backlog moves."""
         if self.paused or not self.channels or not self.started or self.exiting:
             return
+        channels = self.channels.values()
         if self.queue.memory:
-            self._distribute(self.queue.take_memory(), 0)
-        held, self._held_deferred = self._held_deferred, []
-        for entry, defer_ms in held:
-            self._distribute([entry], defer_ms)
-        if held and self.queue.keeps_deferred:
-            self.queue.deferred_left(0, list)  # each channel keeps its copies now
-        backend = self.queue.backend
-        while backend.depth:
-            records = backend.read(4096, framed=True)
+            entries = self.queue.take_memory()
+            for channel in channels:
+                channel.put_new(entries)
+        now = time.monotonic()
+
+        def to_channels(entry: QueuedMessage, delay: float) -> None:
+            for channel in channels:
+                channel.put_deferred(entry, delay, now)
+
+        self.queue.deferred.pop_all(to_channels)
+        while self.queue.backend_depth:
+            records = self.queue.read_records(4096)
             if not records:
                 break
-            for channel in self.channels.values():
+            for channel in channels:
                 channel.put_from_disk(records)
-            if backend.depth and self._pump_later():
+            if self.queue.backend_depth and self._pump_later():
                 return
 
     def _pump_later(self) -> bool:
@@ -241,7 +232,6 @@ class Topic:
     def empty(self) -> None:
         """Drops the topic's own queue, not its channels' (NSQ's /topic/empty)."""
         self.queue.empty()
-        self._held_deferred.clear()
 
     def close(self) -> None:
         self.exiting = True
@@ -253,12 +243,10 @@ class Topic:
         self.close()
         for name in list(self.channels):
             self.delete_channel(name)
-        self._held_deferred.clear()
         self.queue.delete()
 
     def flush_to_disk(self) -> None:
         """At exit: the topic's and its channels' messages go to their disk queues, which are closed."""
         for channel in self.channels.values():
             channel.flush_to_disk()
-        held, self._held_deferred = self._held_deferred, []
-        self.queue.flush_to_disk([], [(defer_ms, encode(entry)) for entry, defer_ms in held])
+        self.queue.flush_to_disk([])

@@ -9,7 +9,7 @@ import pytest
 
 from services.nsqd.channel import Channel, ChannelError
 from services.nsqd.client import Client
-from services.nsqd.message_queue import Storage
+from services.nsqd.storage import Storage
 from services.nsqd.message import QueuedMessage
 from services.nsqd.stats import channel_stats
 from tests.unit.nsqd_fixtures import RecordingTransport, make_client, options

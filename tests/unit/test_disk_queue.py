@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from services.nsqd.disk_queue import DiskQueue, QueueFull
+from services.nsqd.disk_queue import DiskQueue
+from services.nsqd.queue_cap import QueueFull
 
 
 def payload(n: int, size: int = 40) -> bytes:
@@ -190,22 +191,6 @@ def test_channel_queues_have_their_own_files(tmp_path: Path) -> None:
     assert (tmp_path / "t:c.diskqueue.000000.dat").exists()
 
 
-def test_deferred_messages_are_saved_with_their_due_times_and_taken_once(tmp_path: Path) -> None:
-    queue = make(tmp_path)
-    queue.save_deferred([(123, payload(1)), (456, payload(2))])
-    again = make(tmp_path)
-    assert again.take_deferred() == [(123, payload(1)), (456, payload(2))]
-    assert again.take_deferred() == []
-
-
-def test_a_damaged_deferred_file_gives_what_it_can(tmp_path: Path) -> None:
-    queue = make(tmp_path)
-    queue.save_deferred([(1, payload(1)), (2, payload(2))])
-    path = tmp_path / "t.diskqueue.deferred.dat"
-    path.write_bytes(path.read_bytes()[:-5])
-    assert make(tmp_path).take_deferred() == [(1, payload(1))]
-
-
 def test_a_file_read_while_it_was_written_is_read_to_its_real_end(tmp_path: Path) -> None:
     queue = make(tmp_path, max_bytes=200)
     queue.put([payload(0), payload(1)])
@@ -215,9 +200,9 @@ def test_a_file_read_while_it_was_written_is_read_to_its_real_end(tmp_path: Path
 
 
 def test_reads_records_across_chunks_and_larger_than_a_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.nsqd import disk_queue
+    from services.nsqd import segment_file
 
-    monkeypatch.setattr(disk_queue, "_READ_CHUNK", 100)  # records straddle chunks; the 500-byte one fills several
+    monkeypatch.setattr(segment_file, "_READ_CHUNK", 100)  # records straddle chunks; the 500-byte one fills several
     queue = make(tmp_path)
     written = [payload(i, size=30 + 7 * i) for i in range(20)] + [payload(20, size=500)] + [payload(21)]
     queue.put(written)
@@ -274,26 +259,6 @@ def test_a_record_read_again_holds_its_message_in_place_of_the_older_copy(tmp_pa
     queue.sync_job()()
     # message 0's newer copy is what a restart must find: it starts after the older one
     assert (tmp_path / "t.diskqueue.meta.dat").read_text() == "1\n0,88\n0,132\n"
-
-
-def test_deferred_messages_appended_one_by_one_are_taken_and_kept(tmp_path: Path) -> None:
-    queue = make(tmp_path)
-    queue.append_deferred([(1, payload(1))])
-    queue.append_deferred([(2, payload(2)), (3, payload(3))])
-    path = tmp_path / "t.diskqueue.deferred.dat"
-    path.write_bytes(path.read_bytes() + b"\0\0\0")  # a torn end
-    again = make(tmp_path)
-    assert again.take_deferred(keep=True) == [(1, payload(1)), (2, payload(2)), (3, payload(3))]
-    again.append_deferred([(4, payload(4))])  # after the last whole record: the torn end was cut off
-    assert make(tmp_path).take_deferred() == [(n, payload(n)) for n in range(1, 5)]
-    assert not path.exists()
-
-
-def test_emptying_a_queue_drops_its_deferred_messages(tmp_path: Path) -> None:
-    queue = make(tmp_path)
-    queue.append_deferred([(1, payload(1))])
-    queue.empty()
-    assert not (tmp_path / "t.diskqueue.deferred.dat").exists() and queue.deferred_records == 0
 
 
 def capped(path: Path, max_bytes: int, drop_oldest: bool = False, holding: bool = False) -> DiskQueue:
@@ -354,7 +319,8 @@ def test_a_holding_queue_drops_without_holding_what_it_dropped(tmp_path: Path) -
 
 def state(queue: DiskQueue, path: Path) -> tuple[object, ...]:
     """Everything a peek must leave as it was: positions, what is held and unsynced, the files."""
-    return (vars(queue._positions).copy(), dict(queue._held), queue._unsynced, queue._read_count,
+    held = queue._held
+    return (vars(queue._positions).copy(), held and dict(held._held), held and held._read_count, queue._unsynced,
             sorted(p.name for p in path.iterdir()))
 
 

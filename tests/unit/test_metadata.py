@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from services.nsqd import metadata
-from services.nsqd.message_queue import Storage
+from services.nsqd.storage import Storage
 from services.nsqd.metadata import ChannelMetadata, DataPathLock, MetadataError, TopicMetadata
 from services.nsqd.topic import Topic
 from tests.unit.nsqd_fixtures import options

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from services.nsqd.message_queue import Storage
+from services.nsqd.storage import Storage
 from services.nsqd.topic import Topic, TopicError
 from tests.unit.nsqd_fixtures import options
 from tests.unit.test_channel import subscribe

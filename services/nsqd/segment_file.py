@@ -1,0 +1,107 @@
+"""One segment file of a disk queue: records ``[int32 size][payload]`` read in order, and written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+SIZE = struct.Struct(">i")
+# a message on disk is at least its header: timestamp, attempts, ID
+MIN_RECORD = 26
+# how much a read takes from a file at once: a few hundred messages of a typical size
+_READ_CHUNK = 256 * 1024
+
+
+class SegmentReader:
+    """Sequential records from one file."""
+
+    def __init__(self, path: Path, position: int) -> None:
+        self._file = open(path, "rb", buffering=0)  # read with pread, a chunk at a time
+        self.position = position
+        self._size = os.fstat(self._file.fileno()).st_size
+
+    def take(self, count: int, max_record: int, end: int | None, skip: int = 4) -> list[bytes]:
+        """Up to ``count`` records from the current position, read a chunk at a time, each without its first
+        ``skip`` bytes (4: the payload alone; 0: the whole record); stops before a record that is invalid or not
+        whole by the limit (``end``, else the file's size), which the next call then finds first (and returns
+        nothing)."""
+        limit = end if end is not None else self._size
+        if end is None and self.position + 4 > limit:
+            self._size = limit = os.fstat(self._file.fileno()).st_size
+        payloads: list[bytes] = []
+        unpack, fd = SIZE.unpack_from, self._file.fileno()
+        while len(payloads) < count and self.position + 4 <= limit:
+            chunk = os.pread(fd, min(limit - self.position, _READ_CHUNK), self.position)
+            offset = 0
+            while len(payloads) < count and offset + 4 <= len(chunk):
+                (size,) = unpack(chunk, offset)
+                if not MIN_RECORD <= size <= max_record:
+                    break
+                if offset + 4 + size > len(chunk):
+                    if offset == 0 and self.position + 4 + size <= limit:  # one record larger than a chunk
+                        chunk = os.pread(fd, 4 + size, self.position)
+                        if len(chunk) == 4 + size:
+                            payloads.append(chunk[skip:])
+                            offset = 4 + size
+                    break
+                payloads.append(chunk[offset + skip:offset + 4 + size])
+                offset += 4 + size
+            if offset == 0:
+                break  # an invalid or incomplete record
+            self.position += offset
+        return payloads
+
+    def at_end(self) -> bool:
+        self._size = os.fstat(self._file.fileno()).st_size
+        return self.position >= self._size
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def write_whole(fd: int, data: bytes, start: int) -> None:
+    """Writes all of ``data`` at ``start``, the descriptor's position, or raises OSError having cut the file back
+    to ``start``: no torn record left behind, and the next write goes where this one started (not after a hole)."""
+    try:
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+    except OSError:
+        os.ftruncate(fd, start)
+        os.lseek(fd, start, os.SEEK_SET)
+        raise
+
+
+def read_span(paths: list[Path], start: int, end: int, max_count: int, max_record: int) -> list[bytes]:
+    """Up to ``max_count`` payloads from the files ``paths`` in order: the first from ``start``, the last up to
+    ``end``. A file that is gone is skipped, and a record that cannot be read ends its file."""
+    payloads: list[bytes] = []
+    for index, path in enumerate(paths):
+        if len(payloads) >= max_count:
+            break
+        try:
+            reader = SegmentReader(path, start if index == 0 else 0)
+        except FileNotFoundError:
+            continue
+        last = index == len(paths) - 1
+        try:
+            while len(payloads) < max_count and (taken := reader.take(
+                    max_count - len(payloads), max_record, end if last else None)):
+                payloads += taken
+        finally:
+            reader.close()
+    return payloads
+
+
+def whole_records(path: Path, start: int, end: int, max_record: int) -> tuple[int, int]:
+    """Where the whole, valid records from ``start`` end (before ``end``), and how many there are."""
+    reader = SegmentReader(path, start)
+    records = 0
+    try:
+        while taken := reader.take(4096, max_record, end, skip=0):
+            records += len(taken)
+        return reader.position, records
+    finally:
+        reader.close()

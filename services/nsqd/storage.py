@@ -1,0 +1,70 @@
+"""The message queues of one nsqd, and the one place their kind is chosen.
+
+Every queue's disk queue lives in the data path and is kept here for the sync loop. Ephemeral names, and every
+name without a data path (``None``: tests of the in-memory logic), have a ``NullBackend`` and no deferred file.
+
+The kind follows ``--mem-queue-size``: a topic's queue, and a channel's dead letters, are memory first; a channel's
+is memory first too, or at ``--mem-queue-size=0`` disk through (every message on disk until it is finished). At
+``--mem-queue-size=0`` deferred messages are written to their file as they are deferred, else at exit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shared.protocol.names import is_ephemeral
+
+from .backend import Backend, NullBackend
+from .deferred_file import DeferredFile
+from .deferred_store import Delays, DeferredStore, DueTimes, Timing
+from .disk_queue import DiskQueue
+from .health import Health
+from .message import message_id
+from .message_queue import DiskThroughQueue, MemoryFirstQueue, MessageQueue
+from .segment_file import MIN_RECORD
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .options import Options
+
+
+class Storage:
+    def __init__(self, data_path: Path | None, opts: Options) -> None:
+        self.data_path = data_path
+        self.health = Health()
+        self.queues: dict[str, DiskQueue] = {}
+        self._opts = opts
+        self._on_disk_only = opts.mem_queue_size == 0
+
+    def open_topic(self, name: str) -> MessageQueue:
+        """A topic's: its deferred messages wait for a channel, each with its delay."""
+        return self._open(MemoryFirstQueue, name, Delays)
+
+    def open_channel(self, name: str) -> MessageQueue:
+        kind = DiskThroughQueue if self._on_disk_only else MemoryFirstQueue
+        return self._open(kind, name, DueTimes)
+
+    def open_dead_letters(self, name: str) -> MessageQueue:
+        return self._open(MemoryFirstQueue, name, DueTimes)
+
+    def _open(self, kind: type[MessageQueue], name: str, timing: Timing) -> MessageQueue:
+        backend: Backend
+        if self.data_path is None or is_ephemeral(name):
+            backend, deferred_file = NullBackend(name), None
+        else:
+            backend = self.queues[name] = self._disk_queue(name, hold=kind.keeps_until_finished)
+            deferred_file = DeferredFile(name, self.data_path / f"{name}.diskqueue.deferred.dat", MIN_RECORD,
+                                         self._opts.max_msg_size + MIN_RECORD)
+        deferred = DeferredStore(deferred_file, self._on_disk_only, timing, self.health)
+        return kind(backend, self._opts.mem_queue_size, deferred, self.health, self._forget)
+
+    def _disk_queue(self, name: str, hold: bool) -> DiskQueue:
+        assert self.data_path is not None
+        opts = self._opts
+        return DiskQueue(name, self.data_path, opts.max_bytes_per_file, opts.max_msg_size, opts.sync_every,
+                         hold_key=message_id if hold else None, max_bytes=opts.max_bytes_per_queue,
+                         drop_oldest=opts.queue_full_policy == "drop-oldest")
+
+    def _forget(self, backend: Backend) -> None:
+        self.queues.pop(backend.name, None)
