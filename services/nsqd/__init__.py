@@ -4,19 +4,29 @@ The path of a message, module by module:
 
 - ``protocol_v2.ConnectionV2.data_received`` hands the bytes to the client's ``SessionV2.receive``
   (``shared/protocol/session_v2.py``): the parser cuts ``PUB <topic>\\n[size][body]`` out of them and the session
-  checks it against NSQ's rules, yielding ``Publish("PUB", topic, [body], 0)``. ``ConnectionV2._publish`` asks the
-  broker (``NSQD.get_topic``) for the topic and calls ``Topic.publish``; the ``OK`` is buffered and written once
-  the bytes received are processed (``Client.flush``).
+  checks it against NSQ's rules, yielding ``Publish("PUB", topic, [body], 0)``. The connection asks the broker
+  (``NSQD.get_topic``) for the topic and calls ``Topic.publish``; the ``OK`` is buffered and written once the bytes
+  received are processed (``Client.flush``).
 - ``Topic.publish`` gives the message an ID and makes it a ``QueuedMessage`` tuple (id, body, timestamp,
-  attempts 0). With channels, ``Topic._distribute`` hands that one tuple to every ``Channel.put_new``; without
-  (or paused) ``Topic._hold`` keeps it in the topic's ``MessageQueue`` (memory, then disk) until a channel exists.
-- ``Channel.put_new`` delivers at once to a client with room (``Channel._deliver``: an ``InFlightMessage`` with
-  its deadline, pushed on the in-flight queue, framed into the client's output buffer by ``Client.send_message``)
-  or queues it in the channel's ``MessageQueue``. When a client gets room (RDY, FIN), ``Channel.update_ready``
-  drains that queue into it.
-- ``FIN <id>`` lines come out of the session as one ``Finish(ids)`` per run of them; ``ConnectionV2._finish``
-  calls ``Channel.finish`` for each (off the in-flight queue, ``Client.finished``), then once per batch
-  ``Client.update_ready`` lets the channel refill the freed window.
+  attempts 0; read by the named positions ``message.ID``, ``BODY``, ...). With channels, ``Topic._distribute``
+  hands that one tuple to every ``Channel.publish``; without (or paused) ``Topic._hold`` keeps it in the topic's queue until a channel
+  exists, and ``Topic._pump_backlog`` then hands it over (``Channel.put_new``, ``Channel.put_from_disk``).
+- ``Channel.publish`` gives it to its ``MessageQueue`` (``accept``) with ``Channel._deliver_now`` as the consumers'
+  share: a memory-first queue lets a consumer with room take it at once (``Channel._deliver``: an
+  ``InFlightMessage`` with its deadline, pushed on the in-flight queue, framed into the client's output buffer by
+  ``Client.send_message``), else keeps it in memory, then disk; a disk-through queue (``--mem-queue-size=0``)
+  writes it first and ``Channel._drain`` reads it back for the consumers. Which kind a queue is was chosen once,
+  in ``Storage`` (storage.py). When a consumer gains room (RDY, FIN, a timeout, a drained socket),
+  ``Channel.update_ready`` drains the queue into it.
+- ``FIN <id>`` lines come out of the session as one ``Finish(ids)`` per run of them; the connection calls
+  ``Channel.finish`` for each (off the in-flight queue; the queue releases a disk-through copy; ``Client.finished``),
+  then once per batch ``Client.update_ready`` lets the channel refill the freed window.
 - Messages not finished in time are taken back by ``QueueScanner`` (``queue_scan.py``) through
-  ``Channel.process_in_flight`` (``Client.timed_out``) and ``Channel.process_deferred``, and delivered again.
+  ``Channel.process_in_flight``; deferred ones (DPUB, REQ with a delay) wait in the queue's ``DeferredStore``
+  until ``Channel.process_deferred`` queues them again.
+
+Who owns what: ``topic.py`` and ``channel.py`` the fan-out and delivery rules; ``message_queue.py`` the two kinds
+of queue; ``deferred_store.py`` deferred messages; ``storage.py`` which kind each queue is; ``disk_queue.py`` (with
+``segment_files.py``, ``disk_queue_meta.py``, ``held_records.py``, ``queue_cap.py``, ``deferred_file.py``) the
+files; ``client.py`` a connected client's window and output; ``stats.py`` the /stats view of it all.
 """

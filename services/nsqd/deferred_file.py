@@ -19,7 +19,7 @@ import struct
 from pathlib import Path
 
 from . import atomic_file
-from .segment_file import write_whole
+from .segment_files import write_whole
 
 log = logging.getLogger("nsqd")
 

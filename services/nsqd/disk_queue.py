@@ -10,18 +10,13 @@ The queue itself does no waiting: ``put`` writes its records with one ``write`` 
 operating system's hands and survives the process being killed), ``read`` returns what is there. Making it
 durable against a power cut is ``sync_job()``: the fsync and the metadata write, packaged to run off the event
 loop. Because the metadata is only written at syncs, a restart trusts the files over it: records found past the
-recorded write position are recovered, and a torn record at the end of the last file is cut off.
+recorded write position are recovered, and a torn record at the end of the last file is cut off. A record that
+cannot be read (a size out of bounds, a file that ends mid-record) makes its file ``.bad``, and reading goes on.
 
-A record that cannot be read (a size out of bounds, or a file that ends mid-record) makes its whole file
-``.bad``: renamed, logged, and reading goes on with the next file.
-
-A full disk: a put is all or nothing, so a publish the disk refuses is refused whole; a batch that passes the
-end of its file and is refused in the next (or at the roll's metadata) is taken back, records, files and all.
-Files done are deleted even when the disk has no room for the metadata that should stop naming them first (kept,
-they would keep a full disk full); a restart goes on past a file the metadata names that is gone. A put the disk
-refuses while the write file is read to its end starts a new file and tries once more: the file read is then done
-and deleted, which a disk filled inside one file (under --max-bytes-per-file) needs to get its space back (NSQ
-keeps writing to that file).
+A full disk: a put is all or nothing (``_take_back``); files done are deleted even when the disk has no room for
+the metadata that should stop naming them first (a restart goes on past a named file that is gone); and a put
+refused while the write file is read to its end goes on in a new file (``_fresh_file_for``), so that a disk filled
+inside one file gets its space back (NSQ keeps writing to that file).
 
 A queue that holds what it hands out until it is finished (``hold_key``, a channel's at ``--mem-queue-size=0``)
 keeps every record it read until ``release(key)``, and starts a restart from the oldest still held
@@ -30,11 +25,7 @@ keeps every record it read until ``release(key)``, and starts a restart from the
 A cap (``max_bytes``, ``--max-bytes-per-queue``, queue_cap.py) bounds the bytes of the records waiting to be read:
 a write that would pass it raises ``QueueFull``, or with ``drop_oldest`` the oldest records are dropped (counted).
 
-``peek_job`` reads what ``read`` would return next without moving anything, off the event loop: from the read
-position, so at ``--mem-queue-size=0`` none of the held records (in flight, or read and not yet delivered) is
-among them.
-
-The records of one file are read and written by segment_file.py; deferred messages have a file of their own
+The segment files are read and written by segment_files.py; deferred messages have a file of their own
 (deferred_file.py).
 """
 
@@ -50,10 +41,11 @@ from pathlib import Path
 from typing import Callable
 
 from . import disk_queue_meta
-from .held_records import HeldRecords
+from .held_records import NOT_HELD, HeldRecords
 from .queue_cap import QueueCap
 from .disk_queue_meta import Positions
-from .segment_file import MIN_RECORD, SIZE, SegmentReader, read_span, whole_records, write_whole
+from .segment_files import (MIN_RECORD, SIZE, SegmentFiles, SegmentReader, delete, read_span, whole_records,
+                            write_whole)
 
 log = logging.getLogger("nsqd")
 
@@ -69,12 +61,12 @@ class DiskQueue:
         self._sync_every = sync_every
         self._unsynced = 0
         self._positions = disk_queue_meta.load(name, data_path)
-        self._first_file = self._positions.read_file  # the oldest file still on disk
+        self._files = SegmentFiles(name, data_path, self._positions.read_file)
         # the write file the metadata on disk names: records go only to a file it names (else a restart would not
         # look for them there)
         self._meta_write_file = self._positions.write_file
         # what was read and is not finished yet
-        self._held = HeldRecords(hold_key) if hold_key is not None else None
+        self._held = HeldRecords(hold_key) if hold_key is not None else NOT_HELD
         self._write_fd: int | None = None
         self._reader: SegmentReader | None = None
         self._deleted = False
@@ -90,7 +82,7 @@ class DiskQueue:
         return self._positions.depth
 
     def file_path(self, number: int) -> Path:
-        return self._data_path / f"{self.name}.diskqueue.{number:06d}.dat"
+        return self._files.path(number)
 
     @property
     def meta_path(self) -> Path:
@@ -110,12 +102,15 @@ class DiskQueue:
     def put(self, payloads: list[bytes], capped: bool = True) -> None:
         """Appends every payload, or raises OSError (or QueueFull, unless not ``capped``) having appended none (a
         partial write is cut back)."""
+        self._retried(self._put, payloads, capped)
+
+    def _retried(self, put: Callable[[list[bytes], bool], None], data: list[bytes], capped: bool) -> None:
         try:
-            self._put(payloads, capped)
+            put(data, capped)
         except OSError as error:
             if not self._fresh_file_for(error):
                 raise
-            self._put(payloads, capped)
+            put(data, capped)
 
     def _put(self, payloads: list[bytes], capped: bool) -> None:
         if not payloads:
@@ -142,16 +137,11 @@ class DiskQueue:
     def put_records(self, records: list[bytes]) -> None:
         """``put`` for records as ``read(framed=True)`` returns them, size prefix included (another queue's, moved
         as they are)."""
-        try:
-            self._put_framed(records)
-        except OSError as error:
-            if not self._fresh_file_for(error):
-                raise
-            self._put_framed(records)
+        self._retried(self._put_framed, records, True)
 
-    def _put_framed(self, records: list[bytes]) -> None:
+    def _put_framed(self, records: list[bytes], capped: bool) -> None:
         total = sum(map(len, records))
-        if self._cap.max_bytes:
+        if capped and self._cap.max_bytes:
             self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
             self._write(b"".join(records), len(records))
@@ -242,21 +232,15 @@ class DiskQueue:
             dropped = self.read((self._bytes - target) // average + 1)
             if not dropped:
                 break
-            if self._held is not None:
-                for payload in dropped:
-                    self.release(self._held.key(payload))
+            for payload in dropped:
+                self.release(self._held.key(payload))
             self.dropped_count += len(dropped)
 
     def _unread_bytes(self) -> int:
         """The bytes of the records from the read position to the write position, from the files' sizes."""
         positions = self._positions
-        total = positions.write_pos - positions.read_pos
-        for number in range(positions.read_file, positions.write_file):
-            try:
-                total += self.file_path(number).stat().st_size
-            except FileNotFoundError:
-                pass
-        return max(0, total)
+        return self._files.bytes_between(positions.read_file, positions.read_pos, positions.write_file,
+                                         positions.write_pos)
 
     def _open_write_file(self) -> int:
         if self._write_fd is None:
@@ -287,7 +271,10 @@ class DiskQueue:
         positions = self._positions
         while len(payloads) < max_count:
             if positions.read_file == positions.write_file and positions.read_pos >= positions.write_pos:
-                self._check_depth_at_tail()
+                if positions.depth != 0:
+                    log.error("DISKQUEUE(%s): read to the end with depth %d recorded; resetting it to 0", self.name,
+                              positions.depth)
+                    positions.depth = 0
                 break
             reader = self._open_reader()
             if reader is None:
@@ -301,9 +288,7 @@ class DiskQueue:
                     continue
                 self._bad_read_file()
                 continue
-            if self._held is not None:
-                assert not framed, "held records are read as payloads"
-                self._held.hold(taken, positions.read_file, positions.read_pos)
+            self._held.hold(taken, positions.read_file, positions.read_pos, framed)
             self._bytes -= reader.position - positions.read_pos
             positions.read_pos = reader.position
             positions.depth -= len(taken)
@@ -315,7 +300,8 @@ class DiskQueue:
         """What ``read(max_count)`` would return now, as a job that reads it without moving anything (positions,
         depth, held records, files): safe to run on another thread while the queue goes on. It reads the files
         with readers of its own, up to the write position of now; a file deleted meanwhile (read to its end, found
-        bad, emptied) is skipped, and a record that cannot be read ends its file, as ``read`` would."""
+        bad, emptied) is skipped, and a record that cannot be read ends its file, as ``read`` would. It starts at
+        the read position: records held (in flight, or read and not handed out yet) are not among them."""
         positions = self._positions
         if positions.read_file == positions.write_file and positions.read_pos >= positions.write_pos:
             return list
@@ -325,26 +311,19 @@ class DiskQueue:
 
     def release(self, key: bytes) -> None:
         """The message read under ``key`` is finished (or safe elsewhere): a restart need not read it again."""
-        if self._held is not None and self._held.release(key):
+        if self._held.release(key):
             self._unsynced += 1
 
     def release_all(self) -> None:
-        if self._held is not None:
-            self._held.clear()
+        self._held.clear()
 
     def _start_of_held(self) -> tuple[int, int, int]:
         """Where a restart must start reading: (file, position, records from there already read)."""
-        if self._held is None:
-            return self._positions.read_file, self._positions.read_pos, 0
         return self._held.restart_point(self._positions.read_file, self._positions.read_pos)
 
     def _read_files_done(self) -> list[Path]:
-        """The files read to their end that hold nothing unfinished, to delete; from now on not counted as on
-        disk."""
-        keep_from = self._start_of_held()[0]
-        done = [self.file_path(number) for number in range(self._first_file, keep_from)]
-        self._first_file = max(self._first_file, keep_from)
-        return done
+        """The files read to their end that hold nothing unfinished, to delete."""
+        return self._files.take_done(self._start_of_held()[0])
 
     def _open_reader(self) -> SegmentReader | None:
         if self._reader is None:
@@ -365,18 +344,11 @@ class DiskQueue:
         self._close_reader()
         self._positions.read_file += 1
         self._positions.read_pos = 0
-        for path in self._read_files_done():
-            path.unlink(missing_ok=True)
+        delete(self._read_files_done())
 
     def _bad_read_file(self) -> None:
-        path = self.file_path(self._positions.read_file)
         self._close_reader()
-        if path.exists():
-            log.error("DISKQUEUE(%s): corrupt or truncated data in %s at %d, renaming it %s.bad and going on with "
-                      "the next file", self.name, path.name, self._positions.read_pos, path.name)
-            os.replace(path, path.with_name(path.name + ".bad"))
-        else:  # deleted once done, before the metadata was written again (a full disk)
-            log.warning("DISKQUEUE(%s): %s is gone; going on with the next file", self.name, path.name)
+        self._files.set_aside(self._positions.read_file, self._positions.read_pos)
         if self._positions.read_file == self._positions.write_file:
             self.release_files()
             self._positions.write_file += 1
@@ -384,12 +356,6 @@ class DiskQueue:
         self._positions.read_file += 1
         self._positions.read_pos = 0
         self._bytes = self._unread_bytes()
-
-    def _check_depth_at_tail(self) -> None:
-        if self._positions.depth != 0:
-            log.error("DISKQUEUE(%s): read to the end with depth %d recorded; resetting it to 0", self.name,
-                      self._positions.depth)
-            self._positions.depth = 0
 
     # -- durability --------------------------------------------------------------------------------------
 
@@ -421,10 +387,10 @@ class DiskQueue:
                     # no room for the metadata, maybe: the files done go first to make some (kept until then, they
                     # would fill a full disk for good). A restart before the metadata is written finds them gone
                     # and goes on with the next file.
-                    _unlink(done_files)
+                    delete(done_files)
                     disk_queue_meta.write(self.meta_path, snapshot)
                 self._meta_write_file = snapshot.write_file
-            _unlink(done_files)  # once the metadata no longer names them
+            delete(done_files)  # once the metadata no longer names them
 
         return run
 
@@ -446,11 +412,9 @@ class DiskQueue:
     def empty(self) -> None:
         """Drops every message: deletes every file of the queue (from the oldest one kept), as NSQ's does."""
         self.release_files()
-        for number in range(self._first_file, self._positions.write_file + 1):
-            self.file_path(number).unlink(missing_ok=True)
+        self._files.delete_all(self._positions.write_file)
         next_file = self._positions.write_file + 1
         self._positions = Positions(0, next_file, 0, next_file, 0)
-        self._first_file = next_file
         self._bytes = 0
         self.release_all()
         self.sync_job()()
@@ -481,8 +445,3 @@ class DiskQueue:
             log.info("DISKQUEUE(%s): recovered %d messages written after the last sync", self.name, recovered)
         self._positions.write_pos = end
         self._positions.depth += recovered
-
-
-def _unlink(paths: list[Path]) -> None:
-    for path in paths:
-        path.unlink(missing_ok=True)

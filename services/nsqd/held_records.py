@@ -22,8 +22,9 @@ class HeldRecords:
     def __bool__(self) -> bool:
         return bool(self._held)
 
-    def hold(self, payloads: list[bytes], file: int, position: int) -> None:
+    def hold(self, payloads: list[bytes], file: int, position: int, framed: bool) -> None:
         """``payloads`` were just read, in order, from ``position`` in ``file``."""
+        assert not framed, "held records are read as payloads"
         held, keys = self._held, list(map(self.key, payloads))
         before = len(held)
         starts = accumulate((4 + len(payload) for payload in payloads), initial=position)
@@ -49,3 +50,16 @@ class HeldRecords:
             return read_file, read_pos, 0
         file, position, read_before = oldest
         return file, position, self._read_count - read_before
+
+
+class NotHeld(HeldRecords):
+    """A queue that holds nothing it hands out (every queue but a channel's at ``--mem-queue-size=0``)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda payload: payload)
+
+    def hold(self, payloads: list[bytes], file: int, position: int, framed: bool) -> None:
+        pass
+
+
+NOT_HELD = NotHeld()

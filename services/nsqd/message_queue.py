@@ -34,7 +34,7 @@ from .deferred_store import DeferredStore
 from .health import Health
 from .message import ID, BODY, QueuedMessage, decode, encode
 from .queue_cap import QueueFull
-from .segment_file import MIN_RECORD
+from .segment_files import MIN_RECORD
 
 log = logging.getLogger("nsqd")
 

@@ -21,7 +21,7 @@ from .disk_queue import DiskQueue
 from .health import Health
 from .message import message_id
 from .message_queue import DiskThroughQueue, MemoryFirstQueue, MessageQueue
-from .segment_file import MIN_RECORD
+from .segment_files import MIN_RECORD
 
 if TYPE_CHECKING:
     from pathlib import Path

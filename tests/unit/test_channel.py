@@ -10,7 +10,7 @@ import pytest
 from services.nsqd.channel import Channel, ChannelError
 from services.nsqd.client import Client
 from services.nsqd.storage import Storage
-from services.nsqd.message import QueuedMessage
+from services.nsqd.message import InFlightMessage, QueuedMessage
 from services.nsqd.stats import channel_stats
 from tests.unit.nsqd_fixtures import RecordingTransport, make_client, options
 
@@ -220,3 +220,87 @@ def test_a_message_delivered_max_attempts_times_is_parked_then_replayed_with_att
     assert channel.replay(10) == 1 and len(channel.dead_letters) == 0
     assert transport.messages()[0].attempts == 1
     assert channel_stats(channel, options(max_attempts=2), False, time.monotonic())["dead_letter_count"] == 1
+
+
+class WindowConsumer:
+    """The least a channel needs of a consumer (``Consumer``): a window, and somewhere to send messages."""
+
+    msg_timeout = 60.0
+    sample_rate = 0
+    output_buffer_size = 16 * 1024
+
+    def __init__(self, consumer_id: int, ready: int) -> None:
+        self.id = consumer_id
+        self.ready, self.in_flight = ready, 0
+        self.received: list[bytes] = []
+        self.paused_by_send = False  # a full socket: the send that fills it pauses the consumer
+
+    @property
+    def room(self) -> int:
+        return 0 if self.paused_by_send else max(0, self.ready - self.in_flight)
+
+    def send_message(self, msg: InFlightMessage) -> None:
+        self.send_messages([msg])
+
+    def send_messages(self, messages: list[InFlightMessage]) -> None:
+        self.in_flight += len(messages)
+        self.received += [msg.body for msg in messages]
+
+    def finished(self) -> None:
+        self.in_flight -= 1
+
+    def requeued(self) -> None:
+        self.in_flight -= 1
+
+    def timed_out(self) -> None:
+        self.in_flight -= 1
+
+    def emptied(self) -> None:
+        self.in_flight = 0
+
+    def close(self) -> None:
+        pass
+
+    def stats(self) -> dict[str, object]:
+        return {}
+
+
+def test_a_channel_needs_of_its_consumers_only_the_consumer_view() -> None:
+    channel, _ = make_channel()
+    first, second = WindowConsumer(1, ready=2), WindowConsumer(2, ready=1)
+    for consumer in (first, second):
+        channel.add_client(consumer)
+        channel.update_ready(consumer)
+    channel.put_new([entry(n) for n in range(5)])
+    assert (first.received, second.received) == ([b"body0", b"body2"], [b"body1"])  # round robin, each its window
+    assert channel.depth == 2
+    channel.finish(second, channel.in_flight.values()[1].id)
+    channel.update_ready(second)
+    assert second.received == [b"body1", b"body3"] and channel.depth == 1
+
+
+def test_a_consumer_that_loses_its_room_in_a_send_gets_nothing_more() -> None:
+    channel, _ = make_channel()
+    consumer = WindowConsumer(1, ready=10)
+    channel.add_client(consumer)
+    channel.update_ready(consumer)
+    channel.put_new([entry(0)])
+    consumer.paused_by_send = True  # its socket's buffer filled: the channel is not told until it has room again
+    channel.put_new([entry(1), entry(2)])
+    assert consumer.received == [b"body0"] and channel.depth == 2
+    consumer.paused_by_send = False
+    channel.update_ready(consumer)
+    assert consumer.received == [b"body0", b"body1", b"body2"] and channel.depth == 0
+
+
+def test_timed_out_messages_refill_their_consumers_window_once() -> None:
+    channel, _ = make_channel()
+    consumer = WindowConsumer(1, ready=2)
+    channel.add_client(consumer)
+    channel.update_ready(consumer)
+    channel.put_new([entry(n) for n in range(4)])
+    assert consumer.received == [b"body0", b"body1"]
+    assert channel.process_in_flight(time.monotonic() + 61)
+    # the two timed out go back to the queue, behind the two waiting: the freed window takes the oldest waiting
+    assert consumer.received[2:] == [b"body2", b"body3"] and channel.depth == 2
+    assert channel.timeout_count == 2 and consumer.in_flight == 2

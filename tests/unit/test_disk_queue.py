@@ -200,9 +200,9 @@ def test_a_file_read_while_it_was_written_is_read_to_its_real_end(tmp_path: Path
 
 
 def test_reads_records_across_chunks_and_larger_than_a_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.nsqd import segment_file
+    from services.nsqd import segment_files
 
-    monkeypatch.setattr(segment_file, "_READ_CHUNK", 100)  # records straddle chunks; the 500-byte one fills several
+    monkeypatch.setattr(segment_files, "_READ_CHUNK", 100)  # records straddle chunks; the 500-byte one fills several
     queue = make(tmp_path)
     written = [payload(i, size=30 + 7 * i) for i in range(20)] + [payload(20, size=500)] + [payload(21)]
     queue.put(written)

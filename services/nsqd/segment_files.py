@@ -1,17 +1,67 @@
-"""One segment file of a disk queue: records ``[int32 size][payload]`` read in order, and written whole or not at all.
+"""A disk queue's segment files, ``<name>.diskqueue.NNNNNN.dat``: records ``[int32 size][payload]``, read in order
+and written whole or not at all. ``SegmentFiles`` knows them by number: the oldest still on disk, the ones done,
+the ones found bad.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from pathlib import Path
+
+log = logging.getLogger("nsqd")
 
 SIZE = struct.Struct(">i")
 # a message on disk is at least its header: timestamp, attempts, ID
 MIN_RECORD = 26
 # how much a read takes from a file at once: a few hundred messages of a typical size
 _READ_CHUNK = 256 * 1024
+
+
+class SegmentFiles:
+    def __init__(self, name: str, data_path: Path, first: int) -> None:
+        self._name = name
+        self._data_path = data_path
+        self.first = first  # the oldest file still on disk
+
+    def path(self, number: int) -> Path:
+        return self._data_path / f"{self._name}.diskqueue.{number:06d}.dat"
+
+    def take_done(self, keep_from: int) -> list[Path]:
+        """The files before ``keep_from``, to delete: from now on not counted as on disk."""
+        done = [self.path(number) for number in range(self.first, keep_from)]
+        self.first = max(self.first, keep_from)
+        return done
+
+    def delete_all(self, last: int) -> None:
+        """Deletes every file up to ``last``; the next one is the first from now on."""
+        delete(self.take_done(last + 1))
+
+    def bytes_between(self, first: int, start: int, last: int, end: int) -> int:
+        """The bytes of the records from ``start`` in file ``first`` to ``end`` in file ``last``."""
+        total = end - start
+        for number in range(first, last):
+            try:
+                total += self.path(number).stat().st_size
+            except FileNotFoundError:
+                pass
+        return max(0, total)
+
+    def set_aside(self, number: int, position: int) -> None:
+        """A file that cannot be read on from ``position``: renamed ``.bad`` (or found gone), and logged."""
+        path = self.path(number)
+        if path.exists():
+            log.error("DISKQUEUE(%s): corrupt or truncated data in %s at %d, renaming it %s.bad and going on with "
+                      "the next file", self._name, path.name, position, path.name)
+            os.replace(path, path.with_name(path.name + ".bad"))
+        else:  # deleted once done, before the metadata was written again (a full disk)
+            log.warning("DISKQUEUE(%s): %s is gone; going on with the next file", self._name, path.name)
+
+
+def delete(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 class SegmentReader:
