@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for, wait_for_async
+from harness.processes import FAST_SCAN, NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for, wait_for_async
 
 ADMIN_USER = {"X-Forwarded-User": "alice"}
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from harness.processes import NSQDProcess, start_admin, start_nsqd
 from tests.functional.test_admin import get_json, nsqd_topic, send
-from tests.processes import NSQDProcess, start_admin, start_nsqd
 
 ATTACKER = "http://127.0.0.2:39999"
 # what a text/plain form with the field name '{"action":"empty","x":"' and the value '"}' sends

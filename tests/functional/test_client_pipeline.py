@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
+from harness.processes import NSQDProcess
+from harness.wire import WireClient
 from shared.client import CommandTimeout, NSQProtocolError, Producer, Publish
-from tests.processes import NSQDProcess
-from tests.wire import WireClient
 
 
 def address(nsqd: NSQDProcess) -> str:

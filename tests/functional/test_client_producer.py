@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for
+from harness.wire import WireClient
 from shared.client import NSQError, NSQProtocolError, Producer, TransportError
-from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
-from tests.wire import WireClient
 
 
 def address(nsqd: NSQDProcess) -> str:

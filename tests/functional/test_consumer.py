@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
+from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for_async
+from harness.pynsq import PynsqLoop
 from shared.client import Consumer, Message, Producer
-from tests.conftest import FAST_SCAN
 from tests.functional.test_pynsq import http_mpub, pynsq  # noqa: F401  (the fixture)
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for_async
-from tests.pynsq_harness import PynsqLoop
 
 
 def address(nsqd: NSQDProcess) -> str:

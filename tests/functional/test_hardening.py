@@ -10,14 +10,14 @@ from collections.abc import Callable
 
 import pytest
 
+from harness.processes import NSQDProcess, start_nsqd
+from harness.wire import WireClient
 from services.nsqd import identify
 from services.nsqd.__main__ import main as nsqd_main
 from services.nsqd.nsqd import NSQD
 from services.nsqd.options import Options
 from shared.protocol.commands import FIN_RUN, CommandParser
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, encode_command, encode_mpub
-from tests.processes import NSQDProcess, start_nsqd
-from tests.wire import WireClient
 
 
 async def _frames_until_closed(client: WireClient) -> list[Frame]:

@@ -21,16 +21,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from shared.protocol.frames import (
-    FRAME_TYPE_ERROR,
-    FRAME_TYPE_RESPONSE,
-    MAGIC_V2,
-    Frame,
-    encode_command,
-    encode_mpub,
-)
-from tests.processes import NSQDProcess, wait_for
-from tests.wire import WireClient
+from harness.processes import NSQDProcess, wait_for
+from harness.wire import WireClient
+from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, encode_command, encode_mpub
 
 OK = Frame(FRAME_TYPE_RESPONSE, b"OK")
 MIB = 1 << 20

@@ -1,4 +1,4 @@
-"""nsqd's HTTP API against a real nsqd (in this process: tests.in_process), and against NSQ 1.3's own answers
+"""nsqd's HTTP API against a real nsqd (in this process: harness.in_process), and against NSQ 1.3's own answers
 captured in tests/reference/.
 
 Every route is checked for its status codes, NSQ's error codes, the ``X-NSQ-Content-Type`` and ``Content-Type``
@@ -19,10 +19,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tests.conftest import FAST_SCAN
-from tests.in_process import InProcessNSQD
-from tests.processes import Service, wait_for_async
-from tests.wire import WireClient
+from harness.in_process import InProcessNSQD
+from harness.processes import FAST_SCAN, Service, wait_for_async
+from harness.wire import WireClient
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
 

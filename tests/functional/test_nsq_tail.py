@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAST_SCAN
-from tests.processes import ROOT, NSQDProcess, start_lookupd, start_nsqd, wait_for
+from harness.processes import FAST_SCAN, ROOT, NSQDProcess, start_lookupd, start_nsqd, wait_for
 
 TIMEOUT = 30
 

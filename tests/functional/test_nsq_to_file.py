@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests import processes
-from tests.processes import ROOT, NSQDProcess, ToolProcess, finished, start_lookupd, start_nsqd
+from harness import processes
+from harness.processes import ROOT, NSQDProcess, ToolProcess, finished, start_lookupd, start_nsqd
 
 CHANNEL = "nsq_to_file"
 SHORT_HOST = socket.gethostname().split(".")[0]

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.processes import NSQDProcess, ToolProcess, finished, wait_for
+from harness.processes import NSQDProcess, ToolProcess, finished, wait_for
 
 TOPIC = "events"
 CHANNEL = "nsq_to_http"

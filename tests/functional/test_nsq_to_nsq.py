@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.processes import ROOT, NSQDProcess, ToolProcess, finished, start_nsqd, wait_for
+from harness.processes import ROOT, NSQDProcess, ToolProcess, finished, start_nsqd, wait_for
 
 CHANNEL = "nsq_to_nsq"
 KEEP = "kept"  # the destination channel the tests read back

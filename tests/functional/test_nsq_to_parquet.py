@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.archive_jobs import ARCHIVE_SCHEMA, Driver
-from tests.processes import NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
-from tests.spark import spark  # noqa: F401  (the fixture)
+from harness.archive_jobs import ARCHIVE_SCHEMA, Driver
+from harness.processes import NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
+from tests.functional.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from harness.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
 from shared.protocol.frames import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
@@ -26,8 +27,7 @@ from shared.protocol.frames import (
     decode_message,
     encode_command,
 )
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
-from tests.spark import spark  # noqa: F401
+from tests.functional.spark import spark  # noqa: F401
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

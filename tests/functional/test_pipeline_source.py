@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.processes import NSQDProcess, finished, start_lookupd, wait_for
-from tests.spark import spark  # noqa: F401  (the fixture)
+from harness.processes import NSQDProcess, finished, start_lookupd, wait_for
+from tests.functional.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

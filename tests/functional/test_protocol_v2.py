@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from harness.in_process import InProcessNSQD
+from harness.processes import Service, wait_for_async
+from harness.wire import WireClient
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_mpub
-from tests.in_process import InProcessNSQD
-from tests.processes import Service, wait_for_async
-from tests.wire import WireClient
 
 
 def error(text: str) -> Frame:

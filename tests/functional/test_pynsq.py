@@ -16,9 +16,9 @@ from typing import Any
 import nsq  # type: ignore[import-untyped]  # pynsq 0.9.1: no stubs or py.typed
 import pytest
 
-from tests.processes import NSQDProcess, wait_for
-from tests.pynsq_harness import PynsqLoop, Received
-from tests.wire import WireClient
+from harness.processes import NSQDProcess, wait_for
+from harness.pynsq import PynsqLoop, Received
+from harness.wire import WireClient
 
 # a message sent by nsqd is timed from before the client saw it: allow that much transit on "not before"
 TRANSIT = 0.05

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from harness.processes import ROOT, NSQDProcess, wait_for
+from harness.wire import WireClient
 from shared.protocol.frames import Message
-from tests.processes import ROOT, NSQDProcess, wait_for
-from tests.wire import WireClient
 
 
 def to_nsq(*args: str, stdin: bytes | Path = b"", timeout: float = 30) -> subprocess.CompletedProcess[bytes]:

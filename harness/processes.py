@@ -25,6 +25,9 @@ _LISTENING = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
 T = TypeVar("T")
 Description = str | Callable[[], str]  # what wait_for waits for, or how to say it at the timeout
 
+# small scan intervals so that timeouts and deferrals fire promptly (the nsqd_factory fixture starts nsqd with them)
+FAST_SCAN = ("--queue-scan-interval=20ms", "--queue-scan-refresh-interval=50ms")
+
 
 class Service:
     """What tests use of a service listening on ``host`` (127.0.0.1 unless it runs in a network namespace),
@@ -185,7 +188,7 @@ def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15,
     """``nsqd`` on ``host`` with ports chosen by the kernel; ``args`` are extra flags. Without ``data_path`` its
     data goes to a directory of its own, removed when it stops. ``program`` runs another nsqd that takes NSQ's
     flags (NSQ's own binary, for the benchmark's comparison) instead of this project's, or this one another way
-    (in a network namespace, tests.netns, listening on that namespace's ``host``)."""
+    (in a network namespace, harness.netns, listening on that namespace's ``host``)."""
     scratch = Path(tempfile.mkdtemp(prefix="nsqd-")) if data_path is None else None
     try:
         started = _start("services.nsqd", [*_tcp_and_http(host), *args, f"--data-path={data_path or scratch}"],
