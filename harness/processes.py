@@ -126,7 +126,7 @@ class ToolProcess:
 
 
 def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
+    """A port nothing listens on (bound, then released): free to listen on, and refusing connections until then."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
