@@ -3,7 +3,7 @@ bare protocol clients, damaged networks and disks, crash points, and the scenari
 as long as asked as a benchmark). Not part of the installed package: it is imported from a checkout.
 
 - ``processes``: nsqd, nsqlookupd, nsqadmin, nsq_auth_server and the tools as processes of their own;
-  ``Service``, what a test uses of one (its ports, its HTTP API: ``http``, ``channel_stats``);
+  ``Service``, what a test uses of one (its addresses, its HTTP API: ``http``, ``publish``, ``channel_stats``);
   ``wait_for``; ``FAST_SCAN``, the nsqd flags that make timeouts and deferrals fire promptly
 - ``in_process``: nsqd on a thread of the test's own process
 - ``wire``: a bare protocol-V2 client (raw commands out, frames in)

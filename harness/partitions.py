@@ -46,14 +46,6 @@ class Cluster:
     nsqd: NSQDProcess
     lookupd: NSQDProcess
 
-    @property
-    def nsqd_tcp_address(self) -> str:
-        return f"{self.nsqd.host}:{self.nsqd.tcp_port}"
-
-    @property
-    def lookupd_http_address(self) -> str:
-        return f"{self.lookupd.host}:{self.lookupd.http_port}"
-
     def cut(self) -> None:
         self.net.cut("nsqd", "lookupd")
 
@@ -142,9 +134,10 @@ class Traffic:
     def __init__(self, cluster: Cluster, interval: float = 0.01) -> None:
         self.cluster, self.interval = cluster, interval
         self.tally = Tally()
-        self._producer = Producer(cluster.nsqd_tcp_address)
-        self._consumer = Consumer(TOPIC, CHANNEL, self._handle, lookupd_http_addresses=[cluster.lookupd_http_address],
-                                  max_in_flight=50, lookupd_poll_interval=0.5)
+        self._producer = Producer(cluster.nsqd.tcp_address_text)
+        self._consumer = Consumer(TOPIC, CHANNEL, self._handle,
+                                  lookupd_http_addresses=[cluster.lookupd.http_address_text], max_in_flight=50,
+                                  lookupd_poll_interval=0.5)
         self._publishing: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +41,15 @@ class Service:
     def tcp_address(self) -> tuple[str, int]:
         return (self.host, self.tcp_port)
 
+    @property
+    def tcp_address_text(self) -> str:
+        """``host:port`` of the TCP listener, as clients and the tools' flags take it."""
+        return f"{self.host}:{self.tcp_port}"
+
+    @property
+    def http_address_text(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
     def http_url(self, path: str) -> str:
         return f"http://{self.host}:{self.http_port}{path}"
 
@@ -53,6 +62,18 @@ class Service:
                 return response.status, dict(response.headers), response.read()
         except urllib.error.HTTPError as error:
             return error.code, dict(error.headers), error.read()
+
+    def publish(self, topic: str, *bodies: bytes) -> None:
+        """Each body in a ``/pub`` of its own, each answered 200 OK."""
+        for body in bodies:
+            status, _, reply = self.http("POST", f"/pub?topic={topic}", body)
+            assert (status, reply) == (200, b"OK")
+
+    def multi_publish(self, topic: str, bodies: Sequence[bytes], batch: int = 5000) -> None:
+        """``bodies`` in order, ``batch`` of them per ``/mpub``, each answered 200 OK."""
+        for first in range(0, len(bodies), batch):
+            status, _, reply = self.http("POST", f"/mpub?topic={topic}", b"\n".join(bodies[first:first + batch]))
+            assert (status, reply) == (200, b"OK")
 
     def channel_stats(self, topic: str, channel: str) -> dict[str, Any]:
         """The channel's entry in nsqd's /stats, or {} while it does not exist."""
@@ -123,6 +144,11 @@ class ToolProcess:
             self.process.kill()
             self.process.wait()
             raise AssertionError(f"{self.module} did not stop on {sig}:\n{self.log}") from None
+
+
+def nsqd_tcp_flag(nsqd: Service) -> str:
+    """The flag that points a tool at ``nsqd``: ``--nsqd-tcp-address=host:port``."""
+    return f"--nsqd-tcp-address={nsqd.tcp_address_text}"
 
 
 def free_port() -> int:

@@ -68,15 +68,6 @@ def stats(nsqd: NSQDProcess) -> dict[str, object]:
     return document
 
 
-def channel_stats(nsqd: NSQDProcess, topic: str, channel: str) -> dict[str, int]:
-    for t in stats(nsqd)["topics"]:  # type: ignore[attr-defined]
-        if t["topic_name"] == topic:
-            for c in t["channels"]:
-                if c["channel_name"] == channel:
-                    return c  # type: ignore[no-any-return]
-    raise AssertionError(f"no channel {topic}:{channel}")
-
-
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -293,7 +284,7 @@ async def test_a_thousand_idle_connections(nsqd_factory: Callable[..., NSQDProce
                   f"(+{(crowded - baseline) * 1024 / count:.1f} KiB each)")
             assert_prompt(f"with {count} idle connections", acks, deliveries)
             assert crowded - baseline < 100
-            assert channel_stats(nsqd, "idle", "c")["client_count"] == count // 3
+            assert nsqd.channel_stats("idle", "c")["client_count"] == count // 3
         finally:
             for connection in connections:
                 connection.close()
@@ -325,7 +316,7 @@ async def test_consumer_that_never_reads_leaves_messages_in_its_channel(
         await reader.subscribe("flood", "reader", rdy=100)
         await reader.command(b"NOP")
         await asyncio.sleep(0.2)
-        assert channel_stats(nsqd, "flood", "stuck")["client_count"] == 1
+        assert nsqd.channel_stats("flood", "stuck")["client_count"] == 1
         baseline = peak = rss_mib(nsqd)
 
         async def read_all() -> float:
@@ -344,7 +335,7 @@ async def test_consumer_that_never_reads_leaves_messages_in_its_channel(
         published = time.perf_counter()
         finished = await asyncio.wait_for(reading, 30)
         peak = max(peak, rss_mib(nsqd))
-        slow = channel_stats(nsqd, "flood", "stuck")
+        slow = nsqd.channel_stats("flood", "stuck")
         print(f"200 MB to a consumer that never reads: nsqd RSS {baseline:.1f} -> peak {peak:.1f} MiB; "
               f"published in {published - started:.1f} s, the other channel read all {finished - published:.2f} s "
               f"after; stuck channel: depth {slow['depth']}, in flight {slow['in_flight_count']}")
