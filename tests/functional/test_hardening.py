@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from harness.processes import NSQDProcess, start_nsqd
+from harness.processes import NSQDProcess, start_nsqd, wait_for_async
 from harness.wire import WireClient
 from services.nsqd import identify
 from services.nsqd.__main__ import main as nsqd_main
@@ -105,7 +105,8 @@ async def test_publish_to_ready_consumers_is_not_refused_as_queue_full(
     try:
         await consumer.subscribe("t", "c", rdy=100)
         await consumer.command(b"NOP")  # RDY is processed before the MPUB arrives on the other connection
-        await asyncio.sleep(0.1)
+        await wait_for_async(lambda: [c["ready_count"] for c in nsqd.channel_stats("t", "c")["clients"]] == [100],
+                             what="the RDY in effect")
         producer.send(encode_mpub(b"t", [b"%d" % i for i in range(5)]))
         assert await producer.read_frame() == Frame(FRAME_TYPE_RESPONSE, b"OK")
         assert len(await consumer.read_messages(5)) == 5

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from harness.processes import NSQDProcess, wait_for
+from harness.processes import NSQDProcess, wait_for, wait_for_async
 from harness.wire import WireClient
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, encode_command, encode_mpub
 
@@ -198,7 +198,8 @@ async def test_truncated_commands_then_close_have_no_effect(nsqd: NSQDProcess) -
     consumer = await WireClient.connect(nsqd.tcp_address)
     await consumer.subscribe("redeliver", "c", rdy=1, msg_timeout=1000)
     await consumer.command(b"NOP")
-    await asyncio.sleep(0.1)  # the RDY is in effect
+    await wait_for_async(lambda: [c["ready_count"] for c in nsqd.channel_stats("redeliver", "c")["clients"]] == [1],
+                         what="the RDY in effect")
     assert nsqd.http("POST", "/pub?topic=redeliver", b"m")[0] == 200
     first = await consumer.read_message()
     consumer.send(b"FIN " + first.id[:7])
