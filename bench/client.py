@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.run import SIZE, cpu_seconds
+from harness.processes import start_nsqd
 from shared.client import Consumer, Message, Producer
 from shared.event_loop import install_uvloop
-from tests.processes import start_nsqd
 
 TOPIC = "bench_client"
 

@@ -1,6 +1,6 @@
 """kill -9 at the worst moments, the long run: ``.venv/bin/python -m bench.crash_points [--rounds 20]``.
 
-Each round is tests.crash_points' (the scenario tests/functional/test_crash_points.py runs 4 times): nsqd at
+Each round is harness.crash_points' (the scenario tests/functional/test_crash_points.py runs 4 times): nsqd at
 ``--mem-queue-size=0`` with segments rolling every 7 messages, producers creating a topic every 5 messages (each
 rewrites nsqd.dat) and publishing (PUB and DPUB) to a topic whose consumer finishes, requeues and holds messages,
 killed with SIGKILL at a random moment; then restarted and drained. Prints the rounds run, the messages
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.crash_points import RoundResult, crash_round
+from harness.crash_points import RoundResult, crash_round
 
 
 async def run(rounds: int, seed: int) -> list[RoundResult]:

@@ -1,7 +1,7 @@
 """Publishing through a faulty network, for as long as asked: ``.venv/bin/python -m bench.faulty_network
 [--seconds 120]``.
 
-Runs the scenario of ``tests.faulty_network`` (producers behind a proxy that delays, drops bytes, goes half-open
+Runs the scenario of ``harness.faulty_network`` (producers behind a proxy that delays, drops bytes, goes half-open
 and cuts one side, in turns, while a direct client publishes beside them) against an nsqd at its defaults but for
 ``NSQD_FLAGS``, round after round for about ``--seconds``, then drains the topic and prints the publishes
 attempted, acknowledged, failed (errors and timeouts, by phase), lost, duplicated and "maybe" (failed yet taken).
@@ -18,8 +18,8 @@ import argparse
 import asyncio
 import time
 
-from tests import faulty_network
-from tests.processes import start_nsqd
+from harness import faulty_network
+from harness.processes import start_nsqd
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """A full disk, the long run: ``.venv/bin/python -m bench.full_disk [--rounds 10] [--cycles 5]`` (root, to mount
 a tmpfs).
 
-Each round is tests.full_disk's (tests/functional/test_full_disk.py runs a short one): a fresh nsqd on a
+Each round is harness.full_disk's (tests/functional/test_full_disk.py runs a short one): a fresh nsqd on a
 ``--disk-mb`` tmpfs with segments of 1 MB; producers publishing all along with PUB and MPUB over TCP and /pub and
 /mpub over HTTP; ``--cycles`` times the disk fills until every route is refused and /ping answers NOK, stays full
 ``--full-for`` seconds, then a consumer takes 1000 to 2500 messages (drawn from ``--seed``) while the producers
@@ -27,8 +27,8 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from tests import full_disk
-from tests.full_disk import RoundResult, full_disk_round, tmpfs
+from harness import full_disk
+from harness.full_disk import RoundResult, full_disk_round, tmpfs
 
 
 async def run(args: argparse.Namespace, scratch: Path) -> list[RoundResult]:

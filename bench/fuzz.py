@@ -1,7 +1,7 @@
 """Long fuzz run of the protocol parsers: ``.venv/bin/python -m bench.fuzz --seconds 600``.
 
 Feeds the V2 ``CommandParser`` and the lookupd V1 ``LookupCommandParser`` random, token-soup and mutated valid
-streams, each whole and cut into random reads, and checks the properties of tests/hostile.py on every input
+streams, each whole and cut into random reads, and checks the properties of harness/hostile.py on every input
 (the unit tests check the same ones, briefly). Input ``n`` of a run depends only on the seed and ``n``, so
 ``--seed S --replay N`` reproduces a failure exactly. Exits 1 on the first violation, printing the input in hex.
 """
@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tests import hostile
-from tests.hostile import LARGE_BODY, LARGE_MSG, Violation, check_lookup, check_v2
+from harness import hostile
+from harness.hostile import LARGE_BODY, LARGE_MSG, Violation, check_lookup, check_v2
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Losing lookupd, the long run: ``.venv/bin/python -m bench.lookupd_loss [--rounds 10] [--nsqds 3] [--seed 1]``.
 
-Two lookupds and ``--nsqds`` nsqds registered with both (tests.lookupd_loss, the scenario
+Two lookupds and ``--nsqds`` nsqds registered with both (harness.lookupd_loss, the scenario
 tests/functional/test_lookupd_loss.py runs once), with traffic all along: a producer per nsqd publishing to it,
 two producers that ask lookupd's ``/lookup`` for the topic's nsqds before every message, consumers found through
 both lookupds (polling every 0.5 s) on two channels. Each round kills every lookupd with SIGKILL at once for
@@ -31,8 +31,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.nsqd.lookup_peer import PING_INTERVAL
-from tests.lookupd_loss import (
+from harness.lookupd_loss import (
     CHANNELS,
     OneDown,
     Outage,
@@ -42,7 +41,8 @@ from tests.lookupd_loss import (
     one_lookupd_down,
     replace_lookupd,
 )
-from tests.partitions import Tally, summary
+from harness.partitions import Tally, summary
+from services.nsqd.lookup_peer import PING_INTERVAL
 
 
 @dataclass

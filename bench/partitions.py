@@ -1,7 +1,7 @@
 """Partitions, the long run: ``.venv/bin/python -m bench.partitions [--rounds 4] [--hold SECONDS]`` (root, for
 the network namespaces).
 
-nsqd and lookupd each in a network namespace of their own (tests.partitions, the scenario
+nsqd and lookupd each in a network namespace of their own (harness.partitions, the scenario
 tests/functional/test_partitions.py runs once), a producer publishing and a consumer consuming all along from the
 root namespace. Every round cuts nsqd from lookupd until lookupd drops it, creates a topic and a channel meanwhile,
 heals and waits for nsqd to be registered again with all of it; odd rounds heal as soon as lookupd dropped the node,
@@ -22,9 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness import netns
+from harness.partitions import Round, Tally, Traffic, cluster, cut_consumer_mid_batch, partition_round, summary
 from services.nsqd.lookup_peer import PING_INTERVAL
-from tests import netns
-from tests.partitions import Round, Tally, Traffic, cluster, cut_consumer_mid_batch, partition_round, summary
 
 
 async def run(rounds: int, hold: float, scratch: Path) -> Tally:

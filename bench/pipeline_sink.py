@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.run import SIZE, cpu_seconds
-from tests.processes import ROOT, NSQDProcess, start_nsqd
+from harness.processes import ROOT, NSQDProcess, start_nsqd
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

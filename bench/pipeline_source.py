@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 from bench.run import SIZE, cpu_seconds
+from harness.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd
 from shared.client import Producer
-from tests.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd
 
 TOPIC = "events"
 CHANNELS = {"parquet": "nsq_to_parquet", "counts": "nsq_event_counts", "source": "spark"}

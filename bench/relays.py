@@ -21,7 +21,7 @@ from pathlib import Path
 from bench import http_load, load
 from bench.run import SIZE, cpu_seconds
 from bench.sinks import http_sink
-from tests.processes import ROOT, NSQDProcess, ToolProcess, finished, start_nsqd
+from harness.processes import ROOT, NSQDProcess, ToolProcess, finished, start_nsqd
 
 TOPIC = "relayed"
 BATCH = 1000

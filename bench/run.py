@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from bench import http_load, load, sinks
 from bench.machine import machine_line
-from tests.processes import ROOT, NSQDProcess, start_nsqd
+from harness.processes import ROOT, NSQDProcess, start_nsqd
 
 TOPIC = "bench"
 SIZE = 200

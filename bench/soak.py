@@ -34,9 +34,8 @@ from bench.run import cpu_seconds
 from bench.soak_ledger import Action, Ledger, Tally
 from bench.soak_topology import Topology
 from bench.soak_traffic import Cluster, Counters, Policy, Publishers
+from harness.processes import FAST_SCAN, ROOT, NSQDProcess, start_lookupd, start_nsqd
 from shared.cluster_info import ClusterInfo
-from tests.conftest import FAST_SCAN
-from tests.processes import ROOT, NSQDProcess, start_lookupd, start_nsqd
 
 # what the scenario needs besides NSQ's defaults: timeouts and deferrals that fire within seconds, and backlogs
 # that reach the disk queue, whose files roll over

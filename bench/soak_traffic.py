@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from bench.soak_ledger import Action, ChannelLife, Ledger, TopicLife, body
+from harness.wire import WireClient
 from shared.client import Consumer, Message, NSQError, Producer
 from shared.protocol.frames import FRAME_TYPE_MESSAGE, decode_message, encode_command
-from tests.wire import WireClient
 
 PADDING = 100  # body bytes
 CONNECT_TIMEOUT = 5.0  # seconds; generous, the machine is busy

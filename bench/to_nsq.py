@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from bench.run import SIZE, cpu_seconds
-from tests.processes import ROOT, NSQDProcess, start_nsqd
+from harness.processes import ROOT, NSQDProcess, start_nsqd
 
 TOPIC = "bench_to_nsq"
 

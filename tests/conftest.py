@@ -6,11 +6,8 @@ from typing import TypeVar
 
 import pytest
 
-from tests.in_process import InProcessNSQD
-from tests.processes import NSQDProcess, ToolProcess, start_nsqd
-
-# small scan intervals so timeouts and deferrals fire promptly in tests
-FAST_SCAN = ("--queue-scan-interval=20ms", "--queue-scan-refresh-interval=50ms")
+from harness.in_process import InProcessNSQD
+from harness.processes import FAST_SCAN, NSQDProcess, ToolProcess, start_nsqd
 
 
 S = TypeVar("S", NSQDProcess, InProcessNSQD)
@@ -45,7 +42,7 @@ def nsqd(nsqd_factory: Callable[..., NSQDProcess]) -> NSQDProcess:
 
 @pytest.fixture
 def in_process_nsqd_factory(tmp_path: Path) -> Iterator[Callable[..., InProcessNSQD]]:
-    """As ``nsqd_factory``, with nsqd in the test's process (tests.in_process), for tests of what it answers."""
+    """As ``nsqd_factory``, with nsqd in the test's process (harness.in_process), for tests of what it answers."""
     yield from _nsqd_starter(tmp_path, "in-process-nsqd", InProcessNSQD)
 
 

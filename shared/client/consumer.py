@@ -26,9 +26,8 @@ from typing import Any
 
 from shared.addresses import split_host_port
 from shared.log_format import describe
+from shared.protocol.frames import CLOSE_WAIT, Message as Frame, encode_command
 from shared.protocol.names import is_valid_name
-from shared.protocol.frames import CLOSE_WAIT, encode_command
-from shared.protocol.frames import Message as Frame
 
 from .backoff import Action, Backoff
 from .config import Config, configure

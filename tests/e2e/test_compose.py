@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.processes import ROOT, wait_for
 from shared.client import Consumer, Message, Producer
-from tests.processes import ROOT, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for, wait_for_async
+from harness.processes import FAST_SCAN, NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for, wait_for_async
 
 ADMIN_USER = {"X-Forwarded-User": "alice"}
 
@@ -77,9 +76,8 @@ def nsqd_topic(node: NSQDProcess, topic: str) -> dict[str, Any] | None:
     return next(iter(document["topics"] or []), None)
 
 
-def publish(node: NSQDProcess, topic: str, count: int) -> None:
-    body = b"\n".join(b"message %d" % index for index in range(count))
-    assert node.http("POST", f"/mpub?topic={topic}", body)[0] == 200
+def messages(count: int) -> list[bytes]:
+    return [b"message %d" % index for index in range(count)]
 
 
 def create_channel(node: NSQDProcess, topic: str, channel: str) -> None:
@@ -125,7 +123,7 @@ def traffic(cluster: Cluster, admin: NSQDProcess, topic: str, channel: str = "ar
     """10 messages on the first node and 5 on the second, with a channel on both, known to the admin."""
     for index, count in ((0, 10), (1, 5)):
         create_channel(cluster.nodes[index], topic, channel)
-        publish(cluster.nodes[index], topic, count)
+        cluster.nodes[index].multi_publish(topic, messages(count))
     wait_for(lambda: len(get_json(admin, f"/api/topics/{topic}")[1]["nodes"]) == 2)
 
 
@@ -245,7 +243,7 @@ def test_topic_and_channel_actions_reach_every_nsqd(cluster: Cluster, admin: NSQ
     assert send(admin, "POST", "/api/topics/acts", {"action": "pause"})[0] == 200
     assert all(nsqd_topic(node, "acts")["paused"] for node in cluster.nodes)  # type: ignore[index]
     assert send(admin, "POST", "/api/topics/acts", {"action": "unpause"})[0] == 200
-    publish(cluster.nodes[0], "acts", 3)
+    cluster.nodes[0].multi_publish("acts", messages(3))
     assert send(admin, "POST", "/api/topics/acts", {"action": "empty"})[0] == 200
 
     assert send(admin, "DELETE", "/api/topics/acts/c1")[0] == 200
@@ -271,7 +269,7 @@ def test_create_topic_and_channel_through_lookupd(cluster: Cluster, admin: NSQDP
     assert status == 200 and inactive["topics"]["planned"] == ["later"]
     assert "planned" in page(admin, "/lookup")
     # once an nsqd has the topic, creating the channel reaches that nsqd too
-    publish(cluster.nodes[0], "planned", 1)
+    cluster.nodes[0].multi_publish("planned", messages(1))
     wait_for(lambda: get_json(admin, "/api/topics/planned")[1]["nodes"])
     assert send(admin, "POST", "/api/topics", {"topic": "planned", "channel": "now"})[0] == 200
     assert nsqd_channel(cluster.nodes[0], "planned", "now") is not None
@@ -295,7 +293,7 @@ def test_history_samples_become_charts(cluster: Cluster, admin: NSQDProcess) -> 
     assert samples[-1]["message_count"] == 15
     channel = wait_for(lambda: get_json(admin, "/api/history/charted/archive")[1]["samples"])
     assert channel[-1]["depth"] == 15
-    publish(cluster.nodes[0], "charted", 20)
+    cluster.nodes[0].multi_publish("charted", messages(20))
     wait_for(lambda: get_json(admin, "/api/history/charted")[1]["samples"][-1]["message_count"] == 35)
     html = page(admin, "/topics/charted")
     assert html.count("<svg") >= 2

@@ -20,10 +20,9 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Page, Request, expect
 
-from tests.browser import Screenshots, chromium_page, requires_chromium
-from tests.conftest import FAST_SCAN
+from harness.browser import Screenshots, chromium_page, requires_chromium
+from harness.processes import FAST_SCAN, NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for
 from tests.functional.test_admin_dead_letters import park
-from tests.processes import NSQDProcess, start_admin, start_lookupd, start_nsqd, wait_for
 
 TOPIC = "browser_orders"
 CHANNEL = "archive"

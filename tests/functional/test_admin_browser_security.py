@@ -16,10 +16,10 @@ import bcrypt
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser import Screenshots, chromium_page, requires_chromium
-from tests.cross_site_page import cross_site_page
+from harness.browser import Screenshots, chromium_page, requires_chromium
+from harness.cross_site_page import cross_site_page
+from harness.processes import NSQDProcess, start_admin, start_nsqd, wait_for
 from tests.functional.test_admin import get_json, nsqd_topic
-from tests.processes import NSQDProcess, start_admin, start_nsqd, wait_for
 
 TOPIC = "orders"
 WAIT_MS = 10_000

@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAST_SCAN
+from harness.processes import FAST_SCAN, NSQDProcess, start_admin, start_nsqd
+from harness.wire import WireClient
 from tests.functional.test_admin import ADMIN_USER, create_channel, get_json, nsqd_channel, nsqd_topic, page, send
-from tests.processes import NSQDProcess, start_admin, start_nsqd
-from tests.wire import WireClient
 
 FEATURES = ("--max-attempts=1", "--msg-ttl=1h", "--mem-queue-size=0", "--max-bytes-per-queue=2000",
             "--queue-full-policy=drop-oldest")

@@ -14,12 +14,13 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from harness.processes import NSQDProcess, start_admin, start_nsqd
 from tests.functional.test_admin import get_json, nsqd_topic, send
-from tests.processes import NSQDProcess, start_admin, start_nsqd
 
 ATTACKER = "http://127.0.0.2:39999"
 # what a text/plain form with the field name '{"action":"empty","x":"' and the value '"}' sends
 FORM_BODY = b'{"action":"empty","x":"="}'
+ORDERS = (b"m", b"m", b"m")  # what the tests publish to topic "orders", each in a /pub of its own
 
 
 @pytest.fixture
@@ -43,11 +44,6 @@ def admin(nsqd: NSQDProcess, tmp_path: Path) -> Iterator[NSQDProcess]:
     process.stop()
 
 
-def publish(nsqd: NSQDProcess, topic: str = "orders", count: int = 3) -> None:
-    for _ in range(count):
-        assert nsqd.http("POST", f"/pub?topic={topic}", b"m")[0] == 200
-
-
 def depth(nsqd: NSQDProcess, topic: str = "orders") -> int:
     return int(nsqd_topic(nsqd, topic)["depth"])  # type: ignore[index]
 
@@ -67,7 +63,7 @@ def audited(admin: NSQDProcess) -> list[tuple[str, str, str]]:
 
 
 def test_a_cross_site_form_is_refused_and_audited(nsqd: NSQDProcess, admin: NSQDProcess) -> None:
-    publish(nsqd)
+    nsqd.publish("orders", *ORDERS)
     for marks in ({"Origin": ATTACKER, "Sec-Fetch-Site": "cross-site"}, {"Origin": ATTACKER},
                   {"Sec-Fetch-Site": "cross-site"}, {"Origin": "null"},
                   {"Origin": ATTACKER, "Sec-Fetch-Site": "same-site"}):
@@ -86,7 +82,7 @@ def test_a_cross_site_form_is_refused_and_audited(nsqd: NSQDProcess, admin: NSQD
 
 
 def test_every_state_changing_route_is_guarded(nsqd: NSQDProcess, admin: NSQDProcess) -> None:
-    publish(nsqd)
+    nsqd.publish("orders", *ORDERS)
     assert nsqd.http("POST", "/channel/create?topic=orders&channel=c")[0] == 200
     cross_site = {"Origin": ATTACKER, "Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"}
     log_level = get_json(admin, "/config/log_level")[1]
@@ -106,7 +102,7 @@ def test_every_state_changing_route_is_guarded(nsqd: NSQDProcess, admin: NSQDPro
 
 
 def test_scripts_without_browser_marks_work_as_before(nsqd: NSQDProcess, admin: NSQDProcess) -> None:
-    publish(nsqd)
+    nsqd.publish("orders", *ORDERS)
     assert send(admin, "POST", "/api/topics/orders", {"action": "empty"}) == (200, {"message": ""})
     assert depth(nsqd) == 0
     assert send(admin, "DELETE", "/api/topics/orders") == (200, {"message": ""})
@@ -114,7 +110,7 @@ def test_scripts_without_browser_marks_work_as_before(nsqd: NSQDProcess, admin: 
 
 
 def test_the_api_takes_json_bodies_only(nsqd: NSQDProcess, admin: NSQDProcess) -> None:
-    publish(nsqd)
+    nsqd.publish("orders", *ORDERS)
     for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
         status, _, body = admin.http("POST", "/api/topics/orders", FORM_BODY, {"Content-Type": content_type})
         assert (status, json.loads(body)["message"]) == (
@@ -125,7 +121,7 @@ def test_the_api_takes_json_bodies_only(nsqd: NSQDProcess, admin: NSQDProcess) -
 
 
 def test_a_browser_needs_its_session_token(nsqd: NSQDProcess, admin: NSQDProcess) -> None:
-    publish(nsqd)
+    nsqd.publish("orders", *ORDERS)
     cookie, token = session(admin)
     assert re.fullmatch(r"nsqadmin_session=([\w-]{43}); HttpOnly; Path=/; SameSite=Strict", cookie)
     assert cookie.split(";")[0] == f"nsqadmin_session={token}"
@@ -161,7 +157,7 @@ def test_every_response_carries_the_security_headers(admin: NSQDProcess) -> None
 
 
 def test_behind_a_proxy(nsqd: NSQDProcess, tmp_path: Path) -> None:
-    publish(nsqd)
+    nsqd.publish("orders", *ORDERS)
     admin = admin_with(nsqd, tmp_path, "--base-path=/nsq", "--allowed-origin=https://ops.example.com")
     try:
         cookie, token = session(admin, "/nsq/", {"X-Forwarded-Proto": "https"})
@@ -185,7 +181,7 @@ def credentials(user: str, password: str) -> dict[str, str]:
 
 
 def test_the_built_in_login(nsqd: NSQDProcess, tmp_path: Path) -> None:
-    publish(nsqd)
+    nsqd.publish("orders", *ORDERS)
     htpasswd = tmp_path / "htpasswd"
     users = {"alice": "wonderland", "bob": "builder"}
     htpasswd.write_text("".join(f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()}\n"

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.archive_jobs import ARCHIVE_SCHEMA, SMALL_BATCHES, BatchJob, Driver
+from harness.processes import NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
 from shared.client import Producer
-from tests.archive_jobs import ARCHIVE_SCHEMA, SMALL_BATCHES, BatchJob, Driver
-from tests.processes import NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
-from tests.spark import spark  # noqa: F401  (the fixture)
+from tests.functional.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

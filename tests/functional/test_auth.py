@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from harness.processes import NSQDProcess, start_auth_server, wait_for_async
+from harness.pynsq import PynsqLoop
+from harness.wire import WireClient
 from shared.client import Consumer, Message, NSQError, NSQProtocolError, Producer
 from tests.functional.test_pynsq import pynsq  # noqa: F401  (the fixture)
-from tests.processes import NSQDProcess, start_auth_server, wait_for_async
-from tests.pynsq_harness import PynsqLoop
-from tests.wire import WireClient
 
 ORDERS = {"identity": "billing", "identity_url": "https://example.com/billing",
           "authorizations": [{"topic": "^orders$", "channels": ["^billing$", "^audit", "^$"],

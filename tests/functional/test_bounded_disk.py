@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.crash_points import drain_channel
+from harness.processes import FAST_SCAN, start_nsqd
+from harness.wire import WireClient
 from shared.protocol.frames import FRAME_TYPE_ERROR, encode_mpub
-from tests.conftest import FAST_SCAN
-from tests.crash_points import drain_channel
 from tests.functional.test_cli import run_nsqd
-from tests.processes import start_nsqd
-from tests.wire import WireClient
 
 RECORD = 4 + 26 + 100  # a 100-byte body on disk
 CAP = 50 * RECORD

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.processes import ROOT, start_nsqd
+from harness.processes import ROOT, start_nsqd
 
 
 def run_nsqd(*args: str) -> subprocess.CompletedProcess[str]:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
 
+from harness.processes import free_port
 from shared.client import (
     CommandTimeout,
     ConnectError,
@@ -28,12 +28,6 @@ from shared.protocol.frames import FRAME_TYPE_RESPONSE, MAGIC_V2, encode_frame
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 IDENTIFIED = encode_frame(FRAME_TYPE_RESPONSE, json.dumps({"max_rdy_count": 2500}).encode())
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @asynccontextmanager
@@ -70,7 +64,7 @@ async def identify(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -
 
 async def test_a_port_nothing_listens_on_is_a_connect_error() -> None:
     with pytest.raises(ConnectError) as raised:
-        await Producer(f"127.0.0.1:{closed_port()}").publish("t", b"x")
+        await Producer(f"127.0.0.1:{free_port()}").publish("t", b"x")
     assert isinstance(raised.value.__cause__, ConnectionRefusedError)
 
 

@@ -10,13 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
+from harness.processes import NSQDProcess
+from harness.wire import WireClient
 from shared.client import CommandTimeout, NSQProtocolError, Producer, Publish
-from tests.processes import NSQDProcess
-from tests.wire import WireClient
-
-
-def address(nsqd: NSQDProcess) -> str:
-    return f"127.0.0.1:{nsqd.tcp_port}"
 
 
 def message_count(nsqd: NSQDProcess, topic: str) -> int:
@@ -28,7 +24,7 @@ async def test_a_window_of_publishes_on_one_connection(nsqd: NSQDProcess) -> Non
     consumer = await WireClient.connect(nsqd.tcp_address)
     await consumer.subscribe("piped", "c", rdy=2000)
     most = 0
-    async with Producer(address(nsqd)) as producer:
+    async with Producer(nsqd.tcp_address_text) as producer:
         async with producer.pipeline(window=16) as pipeline:
             for number in range(2000):
                 await pipeline.publish("piped", b"%d" % number)
@@ -44,7 +40,7 @@ async def test_a_window_of_publishes_on_one_connection(nsqd: NSQDProcess) -> Non
 async def test_multi_and_deferred_publishes_in_a_pipeline(nsqd: NSQDProcess) -> None:
     consumer = await WireClient.connect(nsqd.tcp_address)
     await consumer.subscribe("mixed", "c", rdy=10)
-    async with Producer(address(nsqd)) as producer:
+    async with Producer(nsqd.tcp_address_text) as producer:
         sent_at = time.monotonic()
         async with producer.pipeline() as pipeline:
             await pipeline.deferred_publish("mixed", b"later", delay=0.3)
@@ -58,7 +54,7 @@ async def test_multi_and_deferred_publishes_in_a_pipeline(nsqd: NSQDProcess) -> 
 async def test_a_refused_publish_fails_the_pipeline_until_it_is_abandoned(
         nsqd_factory: Callable[..., NSQDProcess]) -> None:
     nsqd = nsqd_factory("--max-msg-size=10")
-    async with Producer(address(nsqd)) as producer:
+    async with Producer(nsqd.tcp_address_text) as producer:
         pipeline = producer.pipeline()
         for body in (b"one", b"two", b"x" * 11, b"three", b"four"):
             await pipeline.publish("small", body)  # written without waiting: the refusal is not known yet
@@ -76,7 +72,7 @@ async def test_a_refused_publish_fails_the_pipeline_until_it_is_abandoned(
 
 
 async def test_an_unanswered_publish_times_out_and_ends_the_connection(nsqd: NSQDProcess) -> None:
-    async with Producer(address(nsqd)) as producer:
+    async with Producer(nsqd.tcp_address_text) as producer:
         pipeline = producer.pipeline(timeout=0.5)
         await pipeline.publish("slow", b"answered")
         await pipeline.flush()

@@ -9,20 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for
+from harness.wire import WireClient
 from shared.client import NSQError, NSQProtocolError, Producer, TransportError
-from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
-from tests.wire import WireClient
-
-
-def address(nsqd: NSQDProcess) -> str:
-    return f"127.0.0.1:{nsqd.tcp_port}"
 
 
 async def test_publish_multi_publish_and_deferred_publish(nsqd: NSQDProcess) -> None:
     consumer = await WireClient.connect(nsqd.tcp_address)
     await consumer.subscribe("events", "c", rdy=10)
-    async with Producer(address(nsqd), client_id="producer-1") as producer:
+    async with Producer(nsqd.tcp_address_text, client_id="producer-1") as producer:
         await producer.publish("events", b"one")
         await producer.multi_publish("events", [b"two", b"three"])
         sent_at = time.monotonic()
@@ -36,14 +31,14 @@ async def test_publish_multi_publish_and_deferred_publish(nsqd: NSQDProcess) -> 
 
 
 async def test_pipelined_publishes_are_each_answered(nsqd: NSQDProcess) -> None:
-    async with Producer(address(nsqd)) as producer:
+    async with Producer(nsqd.tcp_address_text) as producer:
         await asyncio.gather(*(producer.publish("many", b"%d" % i) for i in range(1000)))
     topic = json.loads(nsqd.http("GET", "/stats?format=json&topic=many")[2])["topics"][0]
     assert topic["message_count"] == 1000
 
 
 async def test_errors_carry_nsqs_code(nsqd: NSQDProcess) -> None:
-    async with Producer(address(nsqd)) as producer:
+    async with Producer(nsqd.tcp_address_text) as producer:
         with pytest.raises(NSQProtocolError) as raised:
             await producer.publish("bad!", b"x")
         assert raised.value.code == "E_BAD_TOPIC"
@@ -71,7 +66,7 @@ async def test_it_reconnects_after_nsqd_restarts(tmp_path: Path) -> None:
 
 
 async def test_heartbeats_are_answered(nsqd: NSQDProcess) -> None:
-    async with Producer(address(nsqd), heartbeat_interval=1000) as producer:
+    async with Producer(nsqd.tcp_address_text, heartbeat_interval=1000) as producer:
         await asyncio.sleep(3.2)  # nsqd would drop a client silent for two intervals
         await producer.publish("t", b"still connected")
         assert json.loads(nsqd.http("GET", "/stats?format=json")[2])["producers"][0]["pub_counts"] == [

@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
+from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for
+from harness.wire import WireClient
 from services.nsqd.lookup_peer import PING_INTERVAL
-from tests.conftest import FAST_SCAN
 from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
-from tests.wire import WireClient
 
 
 def lookup(lookupd: NSQDProcess, topic: str) -> dict[str, Any] | None:

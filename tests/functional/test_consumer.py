@@ -11,15 +11,10 @@ from typing import Any
 
 import pytest
 
+from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for_async
+from harness.pynsq import PynsqLoop
 from shared.client import Consumer, Message, Producer
-from tests.conftest import FAST_SCAN
-from tests.functional.test_pynsq import http_mpub, pynsq  # noqa: F401  (the fixture)
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for_async
-from tests.pynsq_harness import PynsqLoop
-
-
-def address(nsqd: NSQDProcess) -> str:
-    return f"127.0.0.1:{nsqd.tcp_port}"
+from tests.functional.test_pynsq import pynsq  # noqa: F401  (the fixture)
 
 
 class Recorder:
@@ -66,12 +61,12 @@ async def test_discovers_every_nsqd_through_lookupd_and_consumes_from_both(
         cluster: tuple[NSQDProcess, list[NSQDProcess]]) -> None:
     lookupd, nodes = cluster
     for index, node in enumerate(nodes):
-        http_mpub(node, "spread", [b"%d-%d" % (index, n) for n in range(50)])
+        node.multi_publish("spread", [b"%d-%d" % (index, n) for n in range(50)])
     handler = Recorder()
     async with Consumer("spread", "c", handler, lookupd_http_addresses=[f"127.0.0.1:{lookupd.http_port}"],
                         lookupd_poll_interval=0.2, max_in_flight=10) as consumer:
         await wait_for_async(lambda: len(handler.messages) == 100, what="100 messages")
-        assert sorted(consumer.connections) == sorted(address(node) for node in nodes)
+        assert sorted(consumer.connections) == sorted(node.tcp_address_text for node in nodes)
         assert consumer.total_rdy == 10
     assert sorted(handler.bodies()) == sorted(b"%d-%d" % (i, n) for i in range(2) for n in range(50))
     for node in nodes:
@@ -82,7 +77,7 @@ async def test_discovers_every_nsqd_through_lookupd_and_consumes_from_both(
 async def test_rdy_in_total_never_exceeds_max_in_flight(cluster: tuple[NSQDProcess, list[NSQDProcess]]) -> None:
     _, nodes = cluster
     for node in nodes:
-        http_mpub(node, "few", [b"x"] * 20)
+        node.multi_publish("few", [b"x"] * 20)
     handler = Recorder(delay=0.01)
     rdy_totals: list[int] = []  # sampled while the messages come in: nsqd's view and the consumer's
 
@@ -92,17 +87,18 @@ async def test_rdy_in_total_never_exceeds_max_in_flight(cluster: tuple[NSQDProce
         rdy_totals.extend((sum(ready), consumer.total_rdy))
         return len(handler.messages) >= 40
 
-    async with Consumer("few", "c", handler, nsqd_tcp_addresses=[address(node) for node in nodes],
+    async with Consumer("few", "c", handler, nsqd_tcp_addresses=[node.tcp_address_text for node in nodes],
                         max_in_flight=1, rdy_redistribute_interval=0.1) as consumer:
         await wait_for_async(sampled_until_all_came, what="40 messages", interval=0.01)
     assert max(rdy_totals) == 1  # one connection at a time has RDY 1, and both got their turn
-    assert len(handler.messages) == 40 and {m.nsqd_address for m in handler.messages} == {address(n) for n in nodes}
+    assert len(handler.messages) == 40
+    assert {m.nsqd_address for m in handler.messages} == {n.tcp_address_text for n in nodes}
 
 
 async def test_a_failing_handler_requeues_with_delay_and_backs_off(nsqd: NSQDProcess) -> None:
-    http_mpub(nsqd, "flaky", [b"one"])
+    nsqd.multi_publish("flaky", [b"one"])
     handler = Recorder(fail=lambda message: message.attempts == 1)
-    async with Consumer("flaky", "c", handler, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=5,
+    async with Consumer("flaky", "c", handler, nsqd_tcp_addresses=[nsqd.tcp_address_text], max_in_flight=5,
                         requeue_delay=0.3, backoff_multiplier=0.5) as consumer:
         await wait_for_async(lambda: consumer.requeued == 1, what="the failure requeued", interval=0.01)
         failed_at = time.monotonic()
@@ -120,11 +116,11 @@ def test_backoff_ends_on_uvloop_whose_timers_fire_a_little_early(nsqd: NSQDProce
     """uvloop runs a timer up to a millisecond before its time: the end of each backoff pause must still resume
     the consumer (the tools run on uvloop)."""
     uvloop = pytest.importorskip("uvloop")
-    http_mpub(nsqd, "flaky", [b"%d" % number for number in range(5)])
+    nsqd.multi_publish("flaky", [b"%d" % number for number in range(5)])
 
     async def scenario() -> None:
         handler = Recorder(fail=lambda message: message.attempts <= 3)
-        async with Consumer("flaky", "c", handler, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=5,
+        async with Consumer("flaky", "c", handler, nsqd_tcp_addresses=[nsqd.tcp_address_text], max_in_flight=5,
                             requeue_delay=0.01, backoff_multiplier=0.05, max_backoff_duration=0.2) as consumer:
             await wait_for_async(lambda: consumer.finished == 5, what="five finished through about a dozen pauses")
 
@@ -132,7 +128,7 @@ def test_backoff_ends_on_uvloop_whose_timers_fire_a_little_early(nsqd: NSQDProce
 
 
 async def test_touch_extends_the_deadline(nsqd: NSQDProcess) -> None:
-    http_mpub(nsqd, "slow", [b"long job"])
+    nsqd.multi_publish("slow", [b"long job"])
 
     async def touching(message: Message) -> None:
         for _ in range(5):
@@ -145,16 +141,16 @@ async def test_touch_extends_the_deadline(nsqd: NSQDProcess) -> None:
         seen.append(message.attempts)
         await touching(message)
 
-    async with Consumer("slow", "c", handle, nsqd_tcp_addresses=[address(nsqd)], msg_timeout=1000) as consumer:
+    async with Consumer("slow", "c", handle, nsqd_tcp_addresses=[nsqd.tcp_address_text], msg_timeout=1000) as consumer:
         await wait_for_async(lambda: consumer.finished == 1, what="the touched message finished")
     assert seen == [1]  # 2 s of work on a 1 s timeout, never redelivered
     assert nsqd.channel_stats("slow", "c")["timeout_count"] == 0
 
 
 async def test_without_touch_the_message_times_out(nsqd: NSQDProcess) -> None:
-    http_mpub(nsqd, "slow2", [b"long job"])
+    nsqd.multi_publish("slow2", [b"long job"])
     handler = Recorder(delay=1.5)
-    async with Consumer("slow2", "c", handler, nsqd_tcp_addresses=[address(nsqd)], msg_timeout=1000,
+    async with Consumer("slow2", "c", handler, nsqd_tcp_addresses=[nsqd.tcp_address_text], msg_timeout=1000,
                         max_in_flight=2, concurrency=2):
         await wait_for_async(lambda: len(handler.messages) == 2, what="the message redelivered after its timeout")
     assert [m.attempts for m in handler.messages] == [1, 2]
@@ -163,7 +159,7 @@ async def test_without_touch_the_message_times_out(nsqd: NSQDProcess) -> None:
 
 @pytest.mark.parametrize("hook_kind", ["sync", "async"])
 async def test_max_attempts_hands_the_message_to_the_give_up_hook(nsqd: NSQDProcess, hook_kind: str) -> None:
-    http_mpub(nsqd, "poison", [b"bad"])
+    nsqd.multi_publish("poison", [b"bad"])
     given_up: list[Message] = []
 
     def sync_hook(message: Message) -> None:
@@ -173,7 +169,7 @@ async def test_max_attempts_hands_the_message_to_the_give_up_hook(nsqd: NSQDProc
         given_up.append(message)
 
     handler = Recorder(fail=lambda _: True)
-    async with Consumer("poison", "c", handler, nsqd_tcp_addresses=[address(nsqd)], max_attempts=2,
+    async with Consumer("poison", "c", handler, nsqd_tcp_addresses=[nsqd.tcp_address_text], max_attempts=2,
                         requeue_delay=0, backoff_multiplier=0.01,
                         on_give_up=sync_hook if hook_kind == "sync" else async_hook) as consumer:
         await wait_for_async(lambda: consumer.given_up == 1, what="the message given up")
@@ -186,12 +182,12 @@ async def test_reconnects_after_nsqd_is_killed_and_restarted(tmp_path: Path) -> 
     first = start_nsqd(*FAST_SCAN, data_path=tmp_path)
     tcp_port, http_port = first.tcp_port, first.http_port
     handler = Recorder()
-    consumer = Consumer("phoenix", "c", handler, nsqd_tcp_addresses=[address(first)])
+    consumer = Consumer("phoenix", "c", handler, nsqd_tcp_addresses=[first.tcp_address_text])
     await consumer.start()
     second: NSQDProcess | None = None
     try:
         await wait_for_async(lambda: consumer.connections, what="connected")
-        http_mpub(first, "phoenix", [b"before"])
+        first.multi_publish("phoenix", [b"before"])
         await wait_for_async(lambda: handler.bodies() == [b"before"], what="the first message")
         await wait_for_async(lambda: first.channel_stats("phoenix", "c")["in_flight_count"] == 0,
                              what="the first message finished")
@@ -199,7 +195,7 @@ async def test_reconnects_after_nsqd_is_killed_and_restarted(tmp_path: Path) -> 
         await wait_for_async(lambda: not consumer.connections, what="the connection lost")
         second = start_nsqd(*FAST_SCAN, f"--tcp-address=127.0.0.1:{tcp_port}",
                             f"--http-address=127.0.0.1:{http_port}", data_path=tmp_path)
-        http_mpub(second, "phoenix", [b"after"])
+        second.multi_publish("phoenix", [b"after"])
         await wait_for_async(lambda: handler.bodies() == [b"before", b"after"], what="the message after the restart")
     finally:
         await consumer.stop()
@@ -208,9 +204,9 @@ async def test_reconnects_after_nsqd_is_killed_and_restarted(tmp_path: Path) -> 
 
 
 async def test_stop_waits_for_the_messages_in_flight(nsqd: NSQDProcess) -> None:
-    http_mpub(nsqd, "drain", [b"%d" % n for n in range(4)])
+    nsqd.multi_publish("drain", [b"%d" % n for n in range(4)])
     handler = Recorder(delay=0.5)
-    consumer = Consumer("drain", "c", handler, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=4,
+    consumer = Consumer("drain", "c", handler, nsqd_tcp_addresses=[nsqd.tcp_address_text], max_in_flight=4,
                         concurrency=4)
     await consumer.start()
     await wait_for_async(lambda: handler.running == 4, what="four handlers running")
@@ -226,14 +222,14 @@ async def test_stop_waits_for_the_messages_in_flight(nsqd: NSQDProcess) -> None:
 
 
 async def test_manual_responses_and_starvation(nsqd: NSQDProcess) -> None:
-    http_mpub(nsqd, "batch", [b"%d" % n for n in range(10)])
+    nsqd.multi_publish("batch", [b"%d" % n for n in range(10)])
     held: list[Message] = []
 
     async def hold(message: Message) -> None:
         message.disable_auto_response()
         held.append(message)
 
-    async with Consumer("batch", "c", hold, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=10) as consumer:
+    async with Consumer("batch", "c", hold, nsqd_tcp_addresses=[nsqd.tcp_address_text], max_in_flight=10) as consumer:
         await wait_for_async(lambda: len(held) == 10, what="ten messages held")
         assert consumer.is_starved() and consumer.in_flight == 10
         held[0].requeue(0, backoff=False)
@@ -254,7 +250,7 @@ async def test_messages_published_by_pynsq_are_consumed_by_ours(nsqd: NSQDProces
     assert await asyncio.to_thread(writer.pub, "interop", b"single") == b"OK"
     assert await asyncio.to_thread(writer.mpub, "interop", [b"m1", b"m2", "\u00fc".encode()]) == b"OK"
     handler = Recorder()
-    async with Consumer("interop", "ours", handler, nsqd_tcp_addresses=[address(nsqd)], max_in_flight=10):
+    async with Consumer("interop", "ours", handler, nsqd_tcp_addresses=[nsqd.tcp_address_text], max_in_flight=10):
         await wait_for_async(lambda: len(handler.messages) == 4, what="pynsq's four messages")
     assert handler.bodies() == [b"single", b"m1", b"m2", "\u00fc".encode()]
 
@@ -262,7 +258,7 @@ async def test_messages_published_by_pynsq_are_consumed_by_ours(nsqd: NSQDProces
 async def test_messages_published_by_ours_are_consumed_by_pynsq(nsqd: NSQDProcess, pynsq: PynsqLoop) -> None:
     reader = await asyncio.to_thread(pynsq.reader, nsqd.tcp_address, "interop2", "theirs", max_in_flight=10)
     await wait_for_async(lambda: nsqd.channel_stats("interop2", "theirs").get("clients"), what="pynsq subscribed")
-    async with Producer(address(nsqd)) as producer:
+    async with Producer(nsqd.tcp_address_text) as producer:
         await producer.publish("interop2", b"single")
         await producer.multi_publish("interop2", [b"m1", b"m2"])
         await producer.deferred_publish("interop2", b"deferred", delay=0.1)

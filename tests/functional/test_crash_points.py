@@ -1,5 +1,5 @@
 """kill -9 at the worst moments: while nsqd rewrites its files (disk-queue segments rolling over every few messages,
-nsqd.dat replaced at every new topic) with messages in flight and requeued (tests.crash_points), and at chosen
+nsqd.dat replaced at every new topic) with messages in flight and requeued (harness.crash_points), and at chosen
 system calls of a clean shutdown. Every time the next start succeeds, leaves no half-written file behind, and
 delivers every message that was acknowledged and not finished (with --mem-queue-size=0 an OK means on disk until
 finished)."""
@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.crash_points import crash_round, drain_channel
+from harness.kill_points import KillPoint
+from harness.processes import FAST_SCAN, start_nsqd
+from harness.wire import WireClient
 from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
-from tests.conftest import FAST_SCAN
-from tests.crash_points import crash_round, drain_channel
-from tests.kill_points import KillPoint
-from tests.processes import start_nsqd
-from tests.wire import WireClient
 
 async def test_kill_9_while_segments_roll_metadata_is_rewritten_and_messages_are_in_flight(tmp_path: Path) -> None:
     rng = random.Random(19)

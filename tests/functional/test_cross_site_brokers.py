@@ -1,5 +1,5 @@
 """What a page on another site can make an operator's browser do to nsqd and nsqlookupd: real processes on
-127.0.0.1, Debian's chromium, and the attacking page on 127.0.0.2 (tests.cross_site_page).
+127.0.0.1, Debian's chromium, and the attacking page on 127.0.0.2 (harness.cross_site_page).
 
 The page posts self-submitting ``text/plain`` forms and ``no-cors`` fetches at actions that need no body, and
 frames nsqd's ``/stats`` and lookupd's ``/nodes``. By default nothing changes and nothing is framed; with
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Response, expect
 
-from tests.browser import chromium_page, requires_chromium
-from tests.cross_site_page import cross_site_page
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
+from harness.browser import chromium_page, requires_chromium
+from harness.cross_site_page import cross_site_page
+from harness.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
 
 WAIT_MS = 10_000
 # what each attack leaves behind (--http-allow-cross-site), and what is there before it

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from harness.processes import NSQDProcess, Service, start_lookupd, start_nsqd, wait_for
 from tests.functional.test_lookupd import logged_port
 from tests.functional.test_transport import Certificates, certificates  # noqa: F401  (the fixture)
-from tests.processes import NSQDProcess, Service, start_lookupd, start_nsqd, wait_for
 
 ATTACKER = "http://127.0.0.2:39999"
 # what a page on ATTACKER makes a browser add (older browsers send only Origin), by a name fit for a topic

@@ -9,9 +9,8 @@ import json
 import signal
 from pathlib import Path
 
-from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_nsqd
-from tests.wire import WireClient
+from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd
+from harness.wire import WireClient
 
 
 async def requeue_every_delivery(nsqd: NSQDProcess, expected: int, more: bool = False) -> list[tuple[bytes, int]]:

@@ -8,10 +8,9 @@ import os
 import signal
 from pathlib import Path
 
+from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd
+from harness.wire import WireClient
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_mpub
-from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_nsqd
-from tests.wire import WireClient
 
 
 async def consume_all(nsqd: NSQDProcess, topic: str, expected: int) -> list[bytes]:

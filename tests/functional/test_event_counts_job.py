@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.processes import NSQDProcess, wait_for_async
 from services.pipeline.jobs import event_counts
 from shared.client import Consumer, Message
-from tests.processes import NSQDProcess, wait_for_async
-from tests.spark import spark  # noqa: F401  (the fixture)
+from tests.functional.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

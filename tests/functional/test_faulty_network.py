@@ -1,7 +1,7 @@
-"""Publishing through a faulty network (``tests.fault_proxy``): delays, bytes lost, a connection gone half-open or
+"""Publishing through a faulty network (``harness.fault_proxy``): delays, bytes lost, a connection gone half-open or
 cut on one side. What a producer got OK for is in nsqd; every other publish raised an error of the client library's
 within its timeouts, never hung; nsqd closes only the damaged connections. The scenario itself is
-``tests.faulty_network`` (``bench.faulty_network`` runs it longer)."""
+``harness.faulty_network`` (``bench.faulty_network`` runs it longer)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from contextlib import asynccontextmanager
 import nsq  # type: ignore[import-untyped]  # pynsq 0.9.1: no stubs or py.typed
 import pytest
 
+from harness import faulty_network
+from harness.fault_proxy import FaultProxy, Faults
+from harness.processes import NSQDProcess
+from harness.pynsq import PynsqLoop
 from shared.client import CommandTimeout, Producer, TransportError
-from tests import faulty_network
-from tests.fault_proxy import FaultProxy, Faults
-from tests.processes import NSQDProcess
-from tests.pynsq_harness import PynsqLoop
 
 
 @asynccontextmanager

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from services.nsqd.disk_queue import DiskQueue
-from tests.conftest import FAST_SCAN
-from tests.full_disk import (
+from harness.full_disk import (
     BATCH,
     BODY_SIZE,
     DISK_MB,
@@ -28,8 +26,9 @@ from tests.full_disk import (
     tmpfs,
     unavailable,
 )
-from tests.processes import start_admin, start_nsqd, wait_for
-from tests.wire import WireClient
+from harness.processes import FAST_SCAN, start_admin, start_nsqd, wait_for
+from harness.wire import WireClient
+from services.nsqd.disk_queue import DiskQueue
 
 
 @pytest.fixture

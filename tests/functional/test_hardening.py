@@ -10,14 +10,14 @@ from collections.abc import Callable
 
 import pytest
 
+from harness.processes import NSQDProcess, start_nsqd, wait_for_async
+from harness.wire import WireClient
 from services.nsqd import identify
 from services.nsqd.__main__ import main as nsqd_main
 from services.nsqd.nsqd import NSQD
 from services.nsqd.options import Options
 from shared.protocol.commands import FIN_RUN, CommandParser
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, encode_command, encode_mpub
-from tests.processes import NSQDProcess, start_nsqd
-from tests.wire import WireClient
 
 
 async def _frames_until_closed(client: WireClient) -> list[Frame]:
@@ -105,7 +105,8 @@ async def test_publish_to_ready_consumers_is_not_refused_as_queue_full(
     try:
         await consumer.subscribe("t", "c", rdy=100)
         await consumer.command(b"NOP")  # RDY is processed before the MPUB arrives on the other connection
-        await asyncio.sleep(0.1)
+        await wait_for_async(lambda: [c["ready_count"] for c in nsqd.channel_stats("t", "c")["clients"]] == [100],
+                             what="the RDY in effect")
         producer.send(encode_mpub(b"t", [b"%d" % i for i in range(5)]))
         assert await producer.read_frame() == Frame(FRAME_TYPE_RESPONSE, b"OK")
         assert len(await consumer.read_messages(5)) == 5

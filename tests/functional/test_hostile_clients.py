@@ -21,16 +21,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from shared.protocol.frames import (
-    FRAME_TYPE_ERROR,
-    FRAME_TYPE_RESPONSE,
-    MAGIC_V2,
-    Frame,
-    encode_command,
-    encode_mpub,
-)
-from tests.processes import NSQDProcess, wait_for
-from tests.wire import WireClient
+from harness.processes import NSQDProcess, wait_for, wait_for_async
+from harness.wire import WireClient
+from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, encode_command, encode_mpub
 
 OK = Frame(FRAME_TYPE_RESPONSE, b"OK")
 MIB = 1 << 20
@@ -73,15 +66,6 @@ def stats(nsqd: NSQDProcess) -> dict[str, object]:
     assert status == 200
     document: dict[str, object] = json.loads(body)
     return document
-
-
-def channel_stats(nsqd: NSQDProcess, topic: str, channel: str) -> dict[str, int]:
-    for t in stats(nsqd)["topics"]:  # type: ignore[attr-defined]
-        if t["topic_name"] == topic:
-            for c in t["channels"]:
-                if c["channel_name"] == channel:
-                    return c  # type: ignore[no-any-return]
-    raise AssertionError(f"no channel {topic}:{channel}")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -214,7 +198,8 @@ async def test_truncated_commands_then_close_have_no_effect(nsqd: NSQDProcess) -
     consumer = await WireClient.connect(nsqd.tcp_address)
     await consumer.subscribe("redeliver", "c", rdy=1, msg_timeout=1000)
     await consumer.command(b"NOP")
-    await asyncio.sleep(0.1)  # the RDY is in effect
+    await wait_for_async(lambda: [c["ready_count"] for c in nsqd.channel_stats("redeliver", "c")["clients"]] == [1],
+                         what="the RDY in effect")
     assert nsqd.http("POST", "/pub?topic=redeliver", b"m")[0] == 200
     first = await consumer.read_message()
     consumer.send(b"FIN " + first.id[:7])
@@ -300,7 +285,7 @@ async def test_a_thousand_idle_connections(nsqd_factory: Callable[..., NSQDProce
                   f"(+{(crowded - baseline) * 1024 / count:.1f} KiB each)")
             assert_prompt(f"with {count} idle connections", acks, deliveries)
             assert crowded - baseline < 100
-            assert channel_stats(nsqd, "idle", "c")["client_count"] == count // 3
+            assert nsqd.channel_stats("idle", "c")["client_count"] == count // 3
         finally:
             for connection in connections:
                 connection.close()
@@ -332,7 +317,7 @@ async def test_consumer_that_never_reads_leaves_messages_in_its_channel(
         await reader.subscribe("flood", "reader", rdy=100)
         await reader.command(b"NOP")
         await asyncio.sleep(0.2)
-        assert channel_stats(nsqd, "flood", "stuck")["client_count"] == 1
+        assert nsqd.channel_stats("flood", "stuck")["client_count"] == 1
         baseline = peak = rss_mib(nsqd)
 
         async def read_all() -> float:
@@ -351,7 +336,7 @@ async def test_consumer_that_never_reads_leaves_messages_in_its_channel(
         published = time.perf_counter()
         finished = await asyncio.wait_for(reading, 30)
         peak = max(peak, rss_mib(nsqd))
-        slow = channel_stats(nsqd, "flood", "stuck")
+        slow = nsqd.channel_stats("flood", "stuck")
         print(f"200 MB to a consumer that never reads: nsqd RSS {baseline:.1f} -> peak {peak:.1f} MiB; "
               f"published in {published - started:.1f} s, the other channel read all {finished - published:.2f} s "
               f"after; stuck channel: depth {slow['depth']}, in flight {slow['in_flight_count']}")

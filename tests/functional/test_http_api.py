@@ -1,4 +1,4 @@
-"""nsqd's HTTP API against a real nsqd (in this process: tests.in_process), and against NSQ 1.3's own answers
+"""nsqd's HTTP API against a real nsqd (in this process: harness.in_process), and against NSQ 1.3's own answers
 captured in tests/reference/.
 
 Every route is checked for its status codes, NSQ's error codes, the ``X-NSQ-Content-Type`` and ``Content-Type``
@@ -19,10 +19,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tests.conftest import FAST_SCAN
-from tests.in_process import InProcessNSQD
-from tests.processes import Service, wait_for_async
-from tests.wire import WireClient
+from harness.in_process import InProcessNSQD
+from harness.processes import FAST_SCAN, Service, wait_for_async
+from harness.wire import WireClient
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
 
@@ -163,12 +162,6 @@ def stats(nsqd: Service, query: str = "") -> Any:
     return reply.json()
 
 
-def channel_stats(nsqd: Service, topic: str, channel: str) -> Any:
-    (topic_stats,) = stats(nsqd, f"&topic={topic}&channel={channel}")["topics"]
-    (channel_stats,) = topic_stats["channels"]
-    return channel_stats
-
-
 def binary_mpub(*bodies: bytes) -> bytes:
     """/mpub?binary=true: [4B count]([4B size][message])*, big-endian."""
     return struct.pack(">i", len(bodies)) + b"".join(struct.pack(">i", len(body)) + body for body in bodies)
@@ -247,7 +240,7 @@ async def replay_reference_stats(nsqd: Service, connect: Connect) -> None:
         message = await consumer.read_message()
         await consumer.command(b"FIN", message.id)
     assert call(nsqd, "POST", "/pub?topic=sample_topic&defer=3600000", b"later").status == 200
-    await wait_for_async(lambda: channel_stats(nsqd, "sample_topic", "sample_channel")["clients"][0]["finish_count"]
+    await wait_for_async(lambda: nsqd.channel_stats("sample_topic", "sample_channel")["clients"][0]["finish_count"]
                          == 6, what="six FINs counted")
 
 
@@ -362,7 +355,7 @@ def test_stats_e2e_percentiles_before_any_sample(nsqd_factory: Callable[..., Ser
     nsqd = nsqd_factory("--e2e-processing-latency-percentile=0.99")
     assert call(nsqd, "POST", "/topic/create?topic=e2e").status == 200
     assert call(nsqd, "POST", "/channel/create?topic=e2e&channel=c").status == 200
-    latency = channel_stats(nsqd, "e2e", "c")["e2e_processing_latency"]
+    latency = nsqd.channel_stats("e2e", "c")["e2e_processing_latency"]
     assert latency == {"count": 0, "percentiles": [{"quantile": 0.99, "value": 0}]}
 
 
@@ -372,9 +365,9 @@ async def test_stats_e2e_percentiles(nsqd_factory: Callable[..., Service], conne
     await consumer.subscribe("e2e", "c")
     assert call(nsqd, "POST", "/pub?topic=e2e", b"x").status == 200
     await consumer.command(b"FIN", (await consumer.read_message()).id)
-    await wait_for_async(lambda: channel_stats(nsqd, "e2e", "c")["e2e_processing_latency"]["count"] == 1,
+    await wait_for_async(lambda: nsqd.channel_stats("e2e", "c")["e2e_processing_latency"]["count"] == 1,
                          what="the FIN's latency counted")
-    latency = channel_stats(nsqd, "e2e", "c")["e2e_processing_latency"]
+    latency = nsqd.channel_stats("e2e", "c")["e2e_processing_latency"]
     assert [p["quantile"] for p in latency["percentiles"]] == [1.0, 0.5]
     assert all(json_type(p["value"]) == "number" and p["value"] > 0 for p in latency["percentiles"])
     assert re.search(r"e2e%: \d+\.\d(ns|us|ms|s), \d+\.\d(ns|us|ms|s)\n", call(nsqd, "GET", "/stats").body.decode())
@@ -415,7 +408,7 @@ async def test_pub_defer(nsqd: Service, connect: Connect) -> None:
     consumer = await connect(nsqd)
     await consumer.subscribe("deferred", "c")
     assert call(nsqd, "POST", "/pub?topic=deferred&defer=400", b"later").status == 200
-    assert channel_stats(nsqd, "deferred", "c")["deferred_count"] == 1
+    assert nsqd.channel_stats("deferred", "c")["deferred_count"] == 1
     await consumer.expect_nothing(0.2)
     assert (await consumer.read_message()).body == b"later"
 
@@ -560,7 +553,7 @@ def test_channel_create_and_delete(shared_nsqd: Service) -> None:
     assert stats(shared_nsqd, "&topic=later")["topics"] is None  # /channel/create does not create topics
     assert call(shared_nsqd, "POST", "/topic/create?topic=later").status == 200
     assert_empty_ok(call(shared_nsqd, "POST", "/channel/create?topic=later&channel=c"))
-    assert channel_stats(shared_nsqd, "later", "c")["clients"] == []
+    assert shared_nsqd.channel_stats("later", "c")["clients"] == []
     assert_empty_ok(call(shared_nsqd, "POST", "/channel/delete?topic=later&channel=c"))
     assert stats(shared_nsqd, "&topic=later")["topics"][0]["channels"] == []
     assert error_of(call(shared_nsqd, "POST", "/channel/delete?topic=later&channel=c")) == \
@@ -592,11 +585,11 @@ async def test_channel_empty(nsqd: Service, connect: Connect) -> None:
     await consumer.subscribe("to_empty", "c", rdy=1)
     assert call(nsqd, "POST", "/mpub?topic=to_empty", b"1\n2\n3").status == 200
     assert (await consumer.read_message()).body == b"1"
-    channel = channel_stats(nsqd, "to_empty", "c")
+    channel = nsqd.channel_stats("to_empty", "c")
     assert (channel["depth"], channel["in_flight_count"]) == (2, 1)
 
     assert_empty_ok(call(nsqd, "POST", "/channel/empty?topic=to_empty&channel=c"))
-    channel = channel_stats(nsqd, "to_empty", "c")
+    channel = nsqd.channel_stats("to_empty", "c")
     assert (channel["depth"], channel["in_flight_count"], channel["deferred_count"]) == (0, 0, 0)
     assert channel["clients"][0]["in_flight_count"] == 0
     # the consumer's RDY window is free again
@@ -610,13 +603,13 @@ async def test_channel_pause_holds_messages(nsqd: Service, connect: Connect) -> 
     assert_empty_ok(call(nsqd, "POST", "/channel/pause?topic=topic&channel=paused_channel"))
     assert call(nsqd, "POST", "/pub?topic=topic", b"held").status == 200
     await consumer.expect_nothing(0.3)
-    channel = channel_stats(nsqd, "topic", "paused_channel")
+    channel = nsqd.channel_stats("topic", "paused_channel")
     assert (channel["paused"], channel["depth"]) == (True, 1)
     assert "   *P [paused_channel" in call(nsqd, "GET", "/stats").body.decode()
 
     assert_empty_ok(call(nsqd, "POST", "/channel/unpause?topic=topic&channel=paused_channel"))
     assert (await consumer.read_message()).body == b"held"
-    assert channel_stats(nsqd, "topic", "paused_channel")["paused"] is False
+    assert nsqd.channel_stats("topic", "paused_channel")["paused"] is False
 
 
 # -- /config/:opt ----------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import NSQDProcess, start_lookupd, wait_for
+from harness.processes import NSQDProcess, start_lookupd, wait_for
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
 
@@ -220,7 +220,7 @@ def test_version_and_drop_in_flags() -> None:
     import subprocess
     import sys
 
-    from tests.processes import ROOT
+    from harness.processes import ROOT
     result = subprocess.run([sys.executable, "-m", "services.lookupd", "-version"], cwd=ROOT, capture_output=True,
                             text=True, timeout=30)
     assert result.stdout.startswith("nsqlookupd v1.3.0 (built w/python3.11")
@@ -247,7 +247,7 @@ def test_metrics(lookupd: NSQDProcess) -> None:
 def test_clients_outside_the_nsqd_network_get_its_external_address(tmp_path: Path) -> None:
     """The Docker case: lookupd's external listener (the port published to the host) hands out each nsqd's
     --external-broadcast-address, its usual listener the --broadcast-address that containers resolve."""
-    from tests.processes import start_nsqd
+    from harness.processes import start_nsqd
 
     lookupd = start_lookupd("--external-http-address=127.0.0.1:0")
     nsqds: list[NSQDProcess] = []

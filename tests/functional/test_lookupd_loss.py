@@ -1,4 +1,4 @@
-"""Losing lookupd, for real (tests.lookupd_loss, one round): two lookupds killed with SIGKILL at once and started
+"""Losing lookupd, for real (harness.lookupd_loss, one round): two lookupds killed with SIGKILL at once and started
 again on their ports, one replaced by a new one elsewhere (``PUT /config/nsqlookupd_tcp_addresses``), then one of
 the two killed alone, while producers publish on (some finding their nsqd through lookupd) and consumers found
 through lookupd consume on. A lookupd that comes (back) knows the whole cluster within one ping interval, nothing
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.lookupd_loss import Traffic, cluster, every_lookupd_down, one_lookupd_down, replace_lookupd
 from services.nsqd.lookup_peer import PING_INTERVAL
-from tests.lookupd_loss import Traffic, cluster, every_lookupd_down, one_lookupd_down, replace_lookupd
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import trustme
 
+from harness.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
 from tests.functional.test_lookupd import V1Client
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
 
 GO_BIN = Path(os.environ.get("NSQ_GO_BIN", "/opt/gonsq/bin"))
 

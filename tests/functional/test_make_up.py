@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.processes import ROOT, wait_for
+from harness.processes import ROOT, wait_for
 
 OFFSET = 20000  # away from a cluster the developer may be running on the default ports
 

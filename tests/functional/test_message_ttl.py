@@ -7,9 +7,8 @@ import asyncio
 import json
 from pathlib import Path
 
-from tests.conftest import FAST_SCAN
-from tests.processes import start_nsqd
-from tests.wire import WireClient
+from harness.processes import FAST_SCAN, start_nsqd
+from harness.wire import WireClient
 
 
 async def test_messages_past_the_ttl_are_dropped_from_memory_and_disk_and_counted(tmp_path: Path) -> None:

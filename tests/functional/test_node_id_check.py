@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import NSQDProcess, free_port, start_lookupd, start_nsqd, wait_for
 from services.nsqd.node_id_check import NodeIdCheck
 from shared.cluster_info import ClusterInfo
 from tests.functional.test_lookupd import V1Client
-from tests.processes import NSQDProcess, free_port, start_lookupd, start_nsqd, wait_for
 
 
 @pytest.fixture

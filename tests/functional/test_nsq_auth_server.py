@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from apps.nsq_auth_server import AuthServer, Options
+from harness.processes import ROOT, NSQDProcess, start_auth_server, wait_for
 from services.nsqd.auth_client import AuthClient
 from shared.auth_reply import AuthError
 from shared.flags import FlagError
-from tests.processes import ROOT, NSQDProcess, start_auth_server, wait_for
 
 COMMAND = [sys.executable, "-m", "apps.nsq_auth_server"]
 _LISTENING = re.compile(r"HTTP: listening on 127\.0\.0\.1:(\d+)$")

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from apps.nsq_stat import HEADER, ChannelStats, aggregate
-from tests.conftest import FAST_SCAN
-from tests.processes import ROOT, NSQDProcess, free_port, start_lookupd, start_nsqd, wait_for
+from harness.processes import FAST_SCAN, ROOT, NSQDProcess, free_port, start_lookupd, start_nsqd, wait_for
 
 COLUMNS = ("ingress", "egress", "total", "mem", "disk", "inflt", "def", "req", "t-o", "msgs", "clients")
 COMMAND = [sys.executable, "-m", "apps.nsq_stat"]

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAST_SCAN
-from tests.processes import ROOT, NSQDProcess, start_lookupd, start_nsqd, wait_for
+from harness.processes import FAST_SCAN, ROOT, NSQDProcess, nsqd_tcp_flag, start_lookupd, start_nsqd, wait_for
 
 TIMEOUT = 30
 
@@ -42,18 +41,9 @@ def finish(process: subprocess.Popen[bytes], timeout: float = TIMEOUT) -> tuple[
 
 
 def to_nsq(nsqd: NSQDProcess, topic: str, data: bytes) -> None:
-    result = subprocess.run([sys.executable, "-m", "apps.to_nsq", f"--topic={topic}", address(nsqd)], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "apps.to_nsq", f"--topic={topic}", nsqd_tcp_flag(nsqd)], cwd=ROOT,
                             input=data, capture_output=True, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr
-
-
-def address(nsqd: NSQDProcess) -> str:
-    return f"--nsqd-tcp-address=127.0.0.1:{nsqd.tcp_port}"
-
-
-def publish(nsqd: NSQDProcess, topic: str, *bodies: bytes) -> None:
-    for body in bodies:
-        assert nsqd.http("POST", f"/pub?topic={topic}", body)[0] == 200
 
 
 def channels(nsqd: NSQDProcess, topic: str) -> dict[str, dict[str, Any]]:
@@ -71,7 +61,7 @@ def lines(stdout: bytes) -> list[bytes]:
 def test_a_round_trip_from_to_nsq(nsqd: NSQDProcess) -> None:
     records = [b"first", b"second line", b"\x00\xff\xfe binary \r", "caf\u00e9".encode(), b"last"]
     to_nsq(nsqd, "trip", b"\n".join(records) + b"\n")
-    result = nsq_tail("--topic=trip", address(nsqd), f"-n={len(records)}")
+    result = nsq_tail("--topic=trip", nsqd_tcp_flag(nsqd), f"-n={len(records)}")
     assert result.returncode == 0, result.stderr
     assert result.stdout == b"".join(record + b"\n" for record in records)
     assert b"Adding consumer for topic: trip" in result.stderr
@@ -79,11 +69,11 @@ def test_a_round_trip_from_to_nsq(nsqd: NSQDProcess) -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_the_default_channel_is_ephemeral_and_a_signal_stops_it(nsqd: NSQDProcess, signum: int) -> None:
-    process = start_tail("--topic=live", address(nsqd))
+    process = start_tail("--topic=live", nsqd_tcp_flag(nsqd))
     try:
         name = wait_for(lambda: next(iter(channels(nsqd, "live")), None))
         assert re.fullmatch(r"tail\d{6}#ephemeral", name)
-        publish(nsqd, "live", b"while", b"running")
+        nsqd.publish("live", b"while", b"running")
         wait_for(lambda: channels(nsqd, "live")[name]["message_count"] == 2
                  and channels(nsqd, "live")[name]["in_flight_count"] == 0)  # both FIN'd
         clients = channels(nsqd, "live")[name]["clients"]
@@ -100,10 +90,10 @@ def test_the_default_channel_is_ephemeral_and_a_signal_stops_it(nsqd: NSQDProces
 
 def test_n_smaller_than_what_is_there_prints_exactly_n_and_leaves_the_rest(nsqd: NSQDProcess) -> None:
     bodies = [b"m%02d" % i for i in range(20)]
-    publish(nsqd, "one", *bodies[:10])
-    publish(nsqd, "two", *bodies[10:])
+    nsqd.publish("one", *bodies[:10])
+    nsqd.publish("two", *bodies[10:])
     # several topics, and more in flight than -n: the messages past n must go back, not be FIN'd
-    args = ("--topic=one", "--topic=two", "--channel=kept", address(nsqd), "--max-in-flight=50")
+    args = ("--topic=one", "--topic=two", "--channel=kept", nsqd_tcp_flag(nsqd), "--max-in-flight=50")
     first = nsq_tail(*args, "-n=3")
     assert first.returncode == 0, first.stderr
     shown = lines(first.stdout)
@@ -115,9 +105,9 @@ def test_n_smaller_than_what_is_there_prints_exactly_n_and_leaves_the_rest(nsqd:
 
 
 def test_print_topic_with_two_topics(nsqd: NSQDProcess) -> None:
-    publish(nsqd, "apples", b"red", b"green")
-    publish(nsqd, "pears", b"yellow")
-    result = nsq_tail("--topic=apples", "--topic=pears", "--print-topic", address(nsqd), "-n", "3")
+    nsqd.publish("apples", b"red", b"green")
+    nsqd.publish("pears", b"yellow")
+    result = nsq_tail("--topic=apples", "--topic=pears", "--print-topic", nsqd_tcp_flag(nsqd), "-n", "3")
     assert result.returncode == 0, result.stderr
     shown = lines(result.stdout)
     assert sorted(shown) == [b"apples | green", b"apples | red", b"pears | yellow"]
@@ -147,7 +137,7 @@ def test_via_lookupd_every_nsqd_feeds_the_tail(cluster: tuple[NSQDProcess, list[
                          "--consumer-opt=lookupd_poll_interval,200ms", "-n=4")
     try:
         for nsqd, bodies in zip(nsqds, ([b"a1", b"a2"], [b"b1", b"b2"])):
-            publish(nsqd, "spread", *bodies)
+            nsqd.publish("spread", *bodies)
         status, stdout, stderr = finish(process)
         assert status == 0, stderr
         assert sorted(lines(stdout)) == [b"a1", b"a2", b"b1", b"b2"]
@@ -182,9 +172,9 @@ def test_version() -> None:
 
 
 def test_a_closed_stdout_exits_1_and_requeues(nsqd: NSQDProcess) -> None:
-    publish(nsqd, "closed", b"x" * 100_000, b"y")  # bigger than the pipe: the write fails, not only the flush
+    nsqd.publish("closed", b"x" * 100_000, b"y")  # bigger than the pipe: the write fails, not only the flush
     process = subprocess.Popen([sys.executable, "-m", "apps.nsq_tail", "--topic=closed", "--channel=c",
-                                address(nsqd)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                nsqd_tcp_flag(nsqd)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert process.stdout is not None
         process.stdout.close()  # as `nsq_tail ... | head -0` would

@@ -14,13 +14,12 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
-from tests import processes
-from tests.processes import ROOT, NSQDProcess, ToolProcess, finished, start_lookupd, start_nsqd
+from harness import processes
+from harness.processes import ROOT, NSQDProcess, ToolProcess, finished, nsqd_tcp_flag, start_lookupd, start_nsqd
 
 CHANNEL = "nsq_to_file"
 SHORT_HOST = socket.gethostname().split(".")[0]
@@ -32,21 +31,9 @@ def archivers(tools: Callable[..., ToolProcess]) -> Callable[..., ToolProcess]:
     return lambda *args: tools("apps.nsq_to_file", *args)
 
 
-def nsqd_address(nsqd: NSQDProcess) -> str:
-    return f"--nsqd-tcp-address=127.0.0.1:{nsqd.tcp_port}"
-
-
-def publish(nsqd: NSQDProcess, topic: str, bodies: list[bytes]) -> None:
-    assert nsqd.http("POST", f"/mpub?topic={topic}", b"\n".join(bodies))[0] == 200
-
-
-def channel_stats(nsqd: NSQDProcess, topic: str, channel: str = CHANNEL) -> dict[str, Any]:
-    return nsqd.channel_stats(topic, channel)
-
-
 def drained(nsqd: NSQDProcess, topic: str, count: int) -> bool:
     """Whether all ``count`` messages of the topic went into the channel and were finished."""
-    stats = channel_stats(nsqd, topic)
+    stats = nsqd.channel_stats(topic, CHANNEL)
     return bool(stats) and stats["message_count"] == count and finished(stats) == count
 
 
@@ -73,8 +60,8 @@ def bodies(prefix: str, count: int, start: int = 0) -> list[bytes]:
 def test_every_message_of_a_topic_is_written_and_finished(nsqd: NSQDProcess, archivers: Callable[..., ToolProcess],
                                                           tmp_path: Path) -> None:
     sent = bodies("m", 1000)
-    publish(nsqd, "archive", sent)
-    archiver = archivers("--topic=archive", nsqd_address(nsqd), f"--output-dir={tmp_path / 'out'}",
+    nsqd.multi_publish("archive", sent)
+    archiver = archivers("--topic=archive", nsqd_tcp_flag(nsqd), f"--output-dir={tmp_path / 'out'}",
                          "--sync-interval=100ms")
     # the last batch is smaller than starvation asks for: the sync ticker finishes it
     wait_for(lambda: drained(nsqd, "archive", 1000))
@@ -87,9 +74,9 @@ def test_every_message_of_a_topic_is_written_and_finished(nsqd: NSQDProcess, arc
 
 def test_filename_tokens_and_the_move_from_the_work_dir(nsqd: NSQDProcess, archivers: Callable[..., ToolProcess],
                                                        tmp_path: Path) -> None:
-    publish(nsqd, "named", bodies("n", 10))
+    nsqd.multi_publish("named", bodies("n", 10))
     work, output = tmp_path / "work", tmp_path / "out"
-    archiver = archivers("--topic=named", nsqd_address(nsqd), f"--output-dir={output}", f"--work-dir={work}",
+    archiver = archivers("--topic=named", nsqd_tcp_flag(nsqd), f"--output-dir={output}", f"--work-dir={work}",
                          "--filename-format=<TOPIC>/<HOST>-<PID><REV>.<DATETIME>.txt", "--datetime-format=%Y%m%d",
                          "--host-identifier=box-<SHORT_HOST>", "--sync-interval=100ms")
     wait_for(lambda: drained(nsqd, "named", 10))
@@ -105,9 +92,9 @@ def test_filename_tokens_and_the_move_from_the_work_dir(nsqd: NSQDProcess, archi
 def test_rotation_by_size_splits_the_messages_over_files(nsqd: NSQDProcess, archivers: Callable[..., ToolProcess],
                                                          tmp_path: Path) -> None:
     sent = bodies("rotate", 600)  # 14 bytes a line, 8400 in all
-    publish(nsqd, "sized", sent)
+    nsqd.multi_publish("sized", sent)
     out = tmp_path / "out"
-    archiver = archivers("--topic=sized", nsqd_address(nsqd), f"--output-dir={out}",
+    archiver = archivers("--topic=sized", nsqd_tcp_flag(nsqd), f"--output-dir={out}",
                          "--filename-format=<TOPIC><REV>.log", "--rotate-size=2000", "--sync-interval=100ms")
     wait_for(lambda: drained(nsqd, "sized", 600))
     assert archiver.stop() == 0
@@ -120,11 +107,11 @@ def test_rotation_by_size_splits_the_messages_over_files(nsqd: NSQDProcess, arch
 
 def test_gzip_files_read_back_whole(nsqd: NSQDProcess, archivers: Callable[..., ToolProcess], tmp_path: Path) -> None:
     out = tmp_path / "out"
-    archiver = archivers("--topic=zipped", nsqd_address(nsqd), f"--output-dir={out}", "--gzip",
+    archiver = archivers("--topic=zipped", nsqd_tcp_flag(nsqd), f"--output-dir={out}", "--gzip",
                          "--gzip-level=9", "--sync-interval=100ms")
-    publish(nsqd, "zipped", bodies("z", 300))
+    nsqd.multi_publish("zipped", bodies("z", 300))
     wait_for(lambda: drained(nsqd, "zipped", 300))
-    publish(nsqd, "zipped", bodies("z", 300, start=300))  # a second sync: a second gzip member
+    nsqd.multi_publish("zipped", bodies("z", 300, start=300))  # a second sync: a second gzip member
     wait_for(lambda: drained(nsqd, "zipped", 600))
     assert archiver.stop() == 0
     [path] = files(out)
@@ -136,14 +123,14 @@ def test_gzip_files_read_back_whole(nsqd: NSQDProcess, archivers: Callable[..., 
 def test_sighup_closes_the_file_and_the_next_message_opens_the_next_rev(
         nsqd: NSQDProcess, archivers: Callable[..., ToolProcess], tmp_path: Path) -> None:
     work, out = tmp_path / "work", tmp_path / "out"
-    archiver = archivers("--topic=hup", nsqd_address(nsqd), f"--output-dir={out}", f"--work-dir={work}",
+    archiver = archivers("--topic=hup", nsqd_tcp_flag(nsqd), f"--output-dir={out}", f"--work-dir={work}",
                          "--gzip", "--filename-format=<TOPIC><REV>.log", "--sync-interval=100ms")
-    publish(nsqd, "hup", bodies("before", 5))
+    nsqd.multi_publish("hup", bodies("before", 5))
     wait_for(lambda: drained(nsqd, "hup", 5))
     assert files(out) == []
     archiver.process.send_signal(signal.SIGHUP)
     wait_for(lambda: files(out))  # closed, so moved out of the work dir
-    publish(nsqd, "hup", bodies("after", 5))
+    nsqd.multi_publish("hup", bodies("after", 5))
     wait_for(lambda: drained(nsqd, "hup", 10))
     assert archiver.stop() == 0
     assert [path.name for path in files(out)] == ["hup-000000.log.gz", "hup-000001.log.gz"]
@@ -156,19 +143,19 @@ def test_topics_matching_a_pattern_are_discovered_through_lookupd(archivers: Cal
     lookupd = start_lookupd()
     nsqd = start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}", data_path=tmp_path)
     try:
-        publish(nsqd, "match-a", bodies("a", 20))
-        publish(nsqd, "other", bodies("o", 20))
+        nsqd.multi_publish("match-a", bodies("a", 20))
+        nsqd.multi_publish("other", bodies("o", 20))
         archiver = archivers(f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}", "--topic-pattern=^match",
                              "--topic-refresh=200ms", "--consumer-opt=lookupd_poll_interval,200ms",
                              f"--output-dir={tmp_path / 'out'}", "--sync-interval=100ms",
                              "--filename-format=<TOPIC>.log")
         wait_for(lambda: drained(nsqd, "match-a", 20))
-        publish(nsqd, "match-b", bodies("b", 20))  # a topic that appears later is found at a later refresh
+        nsqd.multi_publish("match-b", bodies("b", 20))  # a topic that appears later is found at a later refresh
         wait_for(lambda: drained(nsqd, "match-b", 20))
         assert archiver.stop() == 0
         assert [path.name for path in files(tmp_path / "out")] == ["match-a.log", "match-b.log"]
         assert (tmp_path / "out" / "match-b.log").read_bytes().splitlines() == bodies("b", 20)
-        assert channel_stats(nsqd, "other") == {}  # never subscribed
+        assert nsqd.channel_stats("other", CHANNEL) == {}  # never subscribed
         assert archiver.log.count("skipping topic other") == 1
     finally:
         nsqd.stop()
@@ -196,7 +183,7 @@ async def stop_mid_stream(nsqd: NSQDProcess, archiver: ToolProcess, total: int, 
 
     def a_third_sent_and_some_finished() -> bool:
         assert not stream.done(), "the archiver finished nothing while a third of the stream went by"
-        return len(sent) >= total // 3 and finished(channel_stats(nsqd, "stream")) > 0
+        return len(sent) >= total // 3 and finished(nsqd.channel_stats("stream", CHANNEL)) > 0
 
     await processes.wait_for_async(a_third_sent_and_some_finished, 30, "a third sent and some of it archived",
                                    interval=0.02)
@@ -208,7 +195,7 @@ async def stop_mid_stream(nsqd: NSQDProcess, archiver: ToolProcess, total: int, 
 
 
 def check_finished_are_archived(nsqd: NSQDProcess, first_run: list[bytes], sent: list[bytes]) -> None:
-    stats = channel_stats(nsqd, "stream")
+    stats = nsqd.channel_stats("stream", CHANNEL)
     assert stats["message_count"] == len(sent)
     assert set(first_run) <= set(sent)
     assert len(set(first_run)) >= finished(stats) > 0
@@ -219,14 +206,14 @@ async def test_sigterm_mid_stream_finishes_only_what_is_archived(
         nsqd_factory: Callable[..., NSQDProcess], archivers: Callable[..., ToolProcess], tmp_path: Path) -> None:
     nsqd = nsqd_factory("--mem-queue-size=100000")
     total = 30_000
-    first = archivers("--topic=stream", nsqd_address(nsqd), f"--output-dir={tmp_path / 'first'}")
+    first = archivers("--topic=stream", nsqd_tcp_flag(nsqd), f"--output-dir={tmp_path / 'first'}")
     sent = await stop_mid_stream(nsqd, first, total, signal.SIGTERM)
     first_run = lines(tmp_path / "first")
     check_finished_are_archived(nsqd, first_run, sent)
-    assert channel_stats(nsqd, "stream")["in_flight_count"] == 0  # a graceful stop leaves nothing in flight
-    assert len(first_run) == len(set(first_run)) == finished(channel_stats(nsqd, "stream"))
+    assert nsqd.channel_stats("stream", CHANNEL)["in_flight_count"] == 0  # a graceful stop leaves nothing in flight
+    assert len(first_run) == len(set(first_run)) == finished(nsqd.channel_stats("stream", CHANNEL))
 
-    second = archivers("--topic=stream", nsqd_address(nsqd), f"--output-dir={tmp_path / 'second'}",
+    second = archivers("--topic=stream", nsqd_tcp_flag(nsqd), f"--output-dir={tmp_path / 'second'}",
                        "--sync-interval=100ms")
     await asyncio.to_thread(wait_for, lambda: drained(nsqd, "stream", total), timeout=40)
     assert second.stop() == 0
@@ -241,14 +228,14 @@ async def test_sigkill_mid_stream_loses_nothing(nsqd_factory: Callable[..., NSQD
     nsqd = nsqd_factory("--mem-queue-size=100000")
     total = 30_000
     # what the killed process had in flight stays in flight until its timeout (as in NSQ): a short one
-    first = archivers("--topic=stream", nsqd_address(nsqd), f"--output-dir={tmp_path / 'first'}",
+    first = archivers("--topic=stream", nsqd_tcp_flag(nsqd), f"--output-dir={tmp_path / 'first'}",
                       "--consumer-opt=msg_timeout,2s")
     sent = await stop_mid_stream(nsqd, first, total, signal.SIGKILL)
     published = set(sent)
     first_run = [line for line in lines(tmp_path / "first") if line in published]  # a torn last line aside
     check_finished_are_archived(nsqd, first_run, sent)
 
-    second = archivers("--topic=stream", nsqd_address(nsqd), f"--output-dir={tmp_path / 'second'}",
+    second = archivers("--topic=stream", nsqd_tcp_flag(nsqd), f"--output-dir={tmp_path / 'second'}",
                        "--sync-interval=100ms")
     await asyncio.to_thread(wait_for, lambda: drained(nsqd, "stream", total), timeout=40)
     assert second.stop() == 0
@@ -283,9 +270,9 @@ def test_a_file_that_cannot_be_written_ends_the_program_with_1(nsqd: NSQDProcess
                                                                 archivers: Callable[..., ToolProcess],
                                                                 tmp_path: Path) -> None:
     (tmp_path / "blocked").write_bytes(b"a file where the output directory should be")
-    publish(nsqd, "doomed", bodies("d", 5))
-    archiver = archivers("--topic=doomed", nsqd_address(nsqd), f"--output-dir={tmp_path / 'blocked'}")
+    nsqd.multi_publish("doomed", bodies("d", 5))
+    archiver = archivers("--topic=doomed", nsqd_tcp_flag(nsqd), f"--output-dir={tmp_path / 'blocked'}")
     assert archiver.process.wait(20) == 1
     assert "FATAL: [doomed/nsq_to_file] unable to open file:" in archiver.log
-    stats = channel_stats(nsqd, "doomed")
+    stats = nsqd.channel_stats("doomed", CHANNEL)
     assert (stats["message_count"], finished(stats)) == (5, 0)  # received, never finished

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.processes import NSQDProcess, ToolProcess, finished, wait_for
+from harness.processes import NSQDProcess, ToolProcess, finished, wait_for
 
 TOPIC = "events"
 CHANNEL = "nsq_to_http"
@@ -104,11 +104,6 @@ def relay(tools: Callable[..., ToolProcess], nsqd: NSQDProcess) -> Callable[...,
                                f"--nsqd-tcp-address=127.0.0.1:{nsqd.tcp_port}", *args)
 
 
-def publish(nsqd: NSQDProcess, bodies: list[bytes]) -> None:
-    for body in bodies:
-        assert nsqd.http("POST", f"/pub?topic={TOPIC}", body)[0] == 200
-
-
 def numbered(count: int, prefix: str = "message") -> list[bytes]:
     return [f"{prefix} {number}".encode() for number in range(count)]
 
@@ -128,7 +123,7 @@ def test_each_message_is_posted_with_the_headers_asked_for_then_finished(
     bodies = [*numbered(50), b"\x00\xff binary\r\n", "caf\u00e9 \u2603".encode(), b"x" * 100_000]
     tool = relay(f"--post={endpoint.url()}", "--content-type=application/x-ndjson", "--header=X-Tenant: blue",
                  "--header=Authorization: Bearer t0k3n")
-    publish(nsqd, bodies)
+    nsqd.publish(TOPIC, *bodies)
     all_finished(nsqd, len(bodies))
     assert sorted(endpoint.taken()) == sorted(bodies)
     request = endpoint.requests[0]
@@ -145,7 +140,7 @@ def test_get_puts_the_escaped_message_in_the_url(nsqd: NSQDProcess, relay: Calla
     endpoint = endpoints()
     bodies = [b"plain", b"a b&c=d/e?f#g%h+i", "caf\u00e9".encode()]
     tool = relay(f"--get={endpoint.url('/track?source=nsq&data=%s')}")
-    publish(nsqd, bodies)
+    nsqd.publish(TOPIC, *bodies)
     all_finished(nsqd, len(bodies))
     queries = [parse_qs(urlsplit(request.path).query) for request in endpoint.requests]
     assert all(query["source"] == ["nsq"] for query in queries)
@@ -160,7 +155,7 @@ def test_an_endpoint_that_fails_gets_every_message_again_once_it_answers(
     endpoint.status = 503
     relay(f"--post={endpoint.url()}", *QUICK_RETRIES)
     bodies = numbered(20)
-    publish(nsqd, bodies)
+    nsqd.publish(TOPIC, *bodies)
     wait_for(lambda: len(endpoint.requests) >= 40, what="the failing endpoint tried repeatedly")
     stats = nsqd.channel_stats(TOPIC, CHANNEL)
     assert finished(stats) == 0 and stats["requeue_count"] >= 20  # none taken, none finished
@@ -175,7 +170,7 @@ def test_a_message_is_never_given_up_on_by_default(nsqd: NSQDProcess, relay: Cal
     endpoint.status = 500
     relay(f"--post={endpoint.url()}", "--consumer-opt=default_requeue_delay,1ms",
           "--consumer-opt=backoff_multiplier,1ms", "--consumer-opt=max_backoff_duration,5ms")
-    publish(nsqd, [b"persistent"])
+    nsqd.publish(TOPIC, b"persistent")
     wait_for(lambda: len(endpoint.requests) >= 8, what="eight attempts")  # go-nsq drops it after five
     endpoint.status = 200
     all_finished(nsqd, 1)
@@ -188,7 +183,7 @@ def test_a_request_slower_than_the_timeout_is_requeued_and_sent_again(
     endpoint.delay = 2.0
     tool = relay(f"--post={endpoint.url()}", "--http-client-request-timeout=300ms", *QUICK_RETRIES)
     bodies = numbered(5)
-    publish(nsqd, bodies)
+    nsqd.publish(TOPIC, *bodies)
     wait_for(lambda: nsqd.channel_stats(TOPIC, CHANNEL).get("requeue_count", 0) >= 5, what="timeouts requeued")
     assert finished(nsqd.channel_stats(TOPIC, CHANNEL)) == 0
     endpoint.delay = 0.0
@@ -204,7 +199,7 @@ def test_an_endpoint_down_until_later_loses_nothing(nsqd: NSQDProcess, relay: Ca
     endpoint.close()  # nothing listens there: connections are refused
     tool = relay(f"--post={url}", *QUICK_RETRIES)
     bodies = numbered(10)
-    publish(nsqd, bodies)
+    nsqd.publish(TOPIC, *bodies)
     wait_for(lambda: nsqd.channel_stats(TOPIC, CHANNEL).get("requeue_count", 0) >= 20, what="refusals requeued")
     assert "Cannot connect" in tool.log
     tool.stop()
@@ -220,7 +215,7 @@ def test_hostpool_sends_around_a_failing_endpoint(nsqd: NSQDProcess, relay: Call
     failing.status = 500
     relay(f"--post={failing.url()}", f"--post={working.url()}", "--n=1", *QUICK_RETRIES)  # NSQ's default mode
     bodies = numbered(30)
-    publish(nsqd, bodies)
+    nsqd.publish(TOPIC, *bodies)
     all_finished(nsqd, len(bodies))
     assert sorted(working.taken()) == sorted(bodies)
     assert len(failing.requests) == 1  # out after its first failure, for 30 s
@@ -231,7 +226,7 @@ def test_round_robin_alternates_the_endpoints(nsqd: NSQDProcess, relay: Callable
     first, second = endpoints(), endpoints()
     relay(f"--post={first.url()}", f"--post={second.url()}", "--mode=round-robin")
     bodies = numbered(40)
-    publish(nsqd, bodies)
+    nsqd.publish(TOPIC, *bodies)
     all_finished(nsqd, len(bodies))
     assert len(first.requests) == len(second.requests) == 20
     assert sorted(first.taken() + second.taken()) == sorted(bodies)
@@ -243,7 +238,7 @@ def test_multicast_finishes_a_message_once_every_endpoint_took_it(
     second.status = 500
     relay(f"--post={first.url()}", f"--post={second.url()}", "--mode=multicast", *QUICK_RETRIES)
     bodies = numbered(10)
-    publish(nsqd, bodies)
+    nsqd.publish(TOPIC, *bodies)
     wait_for(lambda: len(second.requests) >= 20, what="the failing endpoint tried repeatedly")
     assert finished(nsqd.channel_stats(TOPIC, CHANNEL)) == 0  # one of two took them: not enough
     second.status = 200
@@ -257,7 +252,7 @@ def test_sigterm_lets_the_requests_under_way_finish_and_leaves_the_rest_on_the_c
     endpoint.delay = 0.5
     tool = relay(f"--post={endpoint.url()}", "--n=4", "--max-in-flight=4")
     bodies = numbered(40)
-    publish(nsqd, bodies)
+    nsqd.publish(TOPIC, *bodies)
     wait_for(lambda: len(endpoint.requests) >= 4, what="some requests answered")
     assert tool.stop(signal.SIGTERM) == 0
     stats = nsqd.channel_stats(TOPIC, CHANNEL)
@@ -275,7 +270,7 @@ def test_sigkill_mid_stream_loses_nothing(nsqd_factory: Callable[..., NSQDProces
             f"--post={endpoint.url()}", "--n=5")
     killed = tools(*args)
     bodies = numbered(60)
-    publish(nsqd, bodies)
+    nsqd.publish(TOPIC, *bodies)
     wait_for(lambda: len(endpoint.requests) >= 10, what="some requests answered")
     killed.stop(signal.SIGKILL)
     endpoint.delay = 0.0
@@ -288,7 +283,7 @@ def test_sample_zero_finishes_every_message_unsent(nsqd: NSQDProcess, relay: Cal
                                                    endpoints: Callable[[], Endpoint]) -> None:
     endpoint = endpoints()
     relay(f"--post={endpoint.url()}", "--sample=0")
-    publish(nsqd, numbered(10))
+    nsqd.publish(TOPIC, *numbered(10))
     all_finished(nsqd, 10)
     assert endpoint.requests == []
 

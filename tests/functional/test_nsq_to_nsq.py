@@ -10,17 +10,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.processes import ROOT, NSQDProcess, ToolProcess, finished, start_nsqd, wait_for
+from harness.processes import ROOT, NSQDProcess, ToolProcess, finished, start_nsqd, wait_for
 
 CHANNEL = "nsq_to_nsq"
 KEEP = "kept"  # the destination channel the tests read back
 QUICK_RETRIES = ("--consumer-opt=default_requeue_delay,50ms", "--consumer-opt=backoff_multiplier,50ms",
                  "--consumer-opt=max_backoff_duration,200ms")
-
-
-def publish(nsqd: NSQDProcess, topic: str, bodies: list[bytes]) -> None:
-    for body in bodies:
-        assert nsqd.http("POST", f"/pub?topic={topic}", body)[0] == 200
 
 
 def keep(nsqd: NSQDProcess, topic: str) -> None:
@@ -66,8 +61,8 @@ def test_every_topic_is_copied_to_the_same_name_on_the_destination(
         keep(destination, topic)
     tool = relay(tools, source, "--topic=clicks", "--topic=views", to(destination))
     clicks, views = [*numbered(30, "click"), b"\x00\xff binary"], numbered(20, "view")
-    publish(source, "clicks", clicks)
-    publish(source, "views", views)
+    source.publish("clicks", *clicks)
+    source.publish("views", *views)
     all_finished(source, "clicks", len(clicks))
     all_finished(source, "views", len(views))
     assert sorted(arrived(destination, "clicks", len(clicks))) == sorted(clicks)
@@ -84,8 +79,8 @@ def test_destination_topic_and_round_robin_over_two_nsqd(nsqd_factory: Callable[
     relay(tools, source, "--topic=a", "--topic=b", "--destination-topic=merged", to(first), to(second),
           "--mode=round-robin")
     bodies = numbered(20, "a") + numbered(20, "b")
-    publish(source, "a", bodies[:20])
-    publish(source, "b", bodies[20:])
+    source.publish("a", *bodies[:20])
+    source.publish("b", *bodies[20:])
     all_finished(source, "a", 20)
     all_finished(source, "b", 20)
     got_first, got_second = arrived(first, "merged", 20), arrived(second, "merged", 20)
@@ -99,7 +94,7 @@ def test_multicast_copies_each_message_to_every_destination(nsqd_factory: Callab
         keep(destination, "t")
     relay(tools, source, "--topic=t", to(first), to(second), "--mode=multicast")
     bodies = numbered(25)
-    publish(source, "t", bodies)
+    source.publish("t", *bodies)
     all_finished(source, "t", len(bodies))
     assert sorted(arrived(first, "t", 25)) == sorted(arrived(second, "t", 25)) == sorted(bodies)
 
@@ -112,7 +107,7 @@ def test_json_filter_passes_only_matching_objects_with_the_whitelisted_fields(
                  "--require-json-value=click", "--whitelist-json-field=id", "--whitelist-json-field=at")
     bodies = [b'{"kind": "click", "id": 1, "at": 10, "secret": "s"}', b'{"kind": "view", "id": 2}',
               b'{"id": 3}', b"not json", b'{"kind": "click", "id": 4.0}', b"[1, 2]"]
-    publish(source, "events", bodies)
+    source.publish("events", *bodies)
     all_finished(source, "events", len(bodies))  # the ones that did not pass are finished too: dropped
     assert sorted(arrived(destination, "events", 2)) == [b'{"at":10,"id":1}', b'{"id":4}']
     assert destination.channel_stats("events", KEEP)["message_count"] == 2
@@ -130,7 +125,7 @@ def test_a_destination_down_for_a_while_loses_nothing(nsqd_factory: Callable[...
     destination.stop()
     tool = relay(tools, source, "--topic=t", to(destination), *QUICK_RETRIES)
     bodies = numbered(20)
-    publish(source, "t", bodies)
+    source.publish("t", *bodies)
     wait_for(lambda: source.channel_stats("t", CHANNEL).get("requeue_count", 0) >= 20, 20, "refusals requeued")
     assert finished(source.channel_stats("t", CHANNEL)) == 0
     assert "Connect call failed" in tool.log or "Connection refused" in tool.log

@@ -9,19 +9,20 @@ import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.archive_jobs import ARCHIVE_SCHEMA, Driver
-from tests.processes import NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
-from tests.spark import spark  # noqa: F401  (the fixture)
+from harness.archive_jobs import ARCHIVE_SCHEMA, Driver
+from harness.processes import NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
+from tests.functional.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MESSAGES = 20_000
 TOPIC = "archived"
+CHANNEL = "nsq_to_parquet"
 
 
 @pytest.fixture
@@ -36,11 +37,14 @@ def cluster(tmp_path: Path) -> Iterator[tuple[NSQDProcess, NSQDProcess]]:
     lookupd.stop()
 
 
-def publish(nsqd: NSQDProcess, numbers: range = range(MESSAGES)) -> None:
-    for start in range(numbers.start, numbers.stop, 1000):
-        body = b"\n".join(json.dumps({"n": n, "pad": "x" * 180}).encode()
-                          for n in range(start, min(start + 1000, numbers.stop)))
-        assert nsqd.http("POST", f"/mpub?topic={TOPIC}", body)[0] == 200
+def records(numbers: range = range(MESSAGES)) -> list[bytes]:
+    return [json.dumps({"n": n, "pad": "x" * 180}).encode() for n in numbers]
+
+
+def drained(nsqd: NSQDProcess) -> bool:
+    """Whether the archive's channel holds nothing any more, queued or in flight."""
+    stats = nsqd.channel_stats(TOPIC, CHANNEL)
+    return bool(stats) and stats["depth"] == 0 and stats["in_flight_count"] == 0
 
 
 def metric(text: str, name: str) -> float:
@@ -57,30 +61,27 @@ def archived_ids(spark: SparkSession, output: Path) -> list[int]:
     return [int(row.n) for row in rows]
 
 
-def channel_stats(nsqd: NSQDProcess) -> dict[str, Any]:
-    return nsqd.channel_stats(TOPIC, "nsq_to_parquet")
-
-
 @pytest.mark.timeout(300)
 def test_archives_every_message_exactly_once_across_a_driver_kill(
         cluster: tuple[NSQDProcess, NSQDProcess], spark: SparkSession, tmp_path: Path) -> None:
     lookupd, nsqd = cluster
-    publish(nsqd)
+    nsqd.multi_publish(TOPIC, records(), batch=1000)
     driver = Driver(lookupd, tmp_path, TOPIC)
     try:
-        wait_for(lambda: finished(channel_stats(nsqd)) >= 4000, 120, "first batches archived", interval=0.5)
+        wait_for(lambda: finished(nsqd.channel_stats(TOPIC, CHANNEL)) >= 4000, 120, "first batches archived",
+                 interval=0.5)
     finally:
         driver.stop(signal.SIGKILL)
-    assert finished(channel_stats(nsqd)) < MESSAGES, "killed too late to test anything"
+    assert finished(nsqd.channel_stats(TOPIC, CHANNEL)) < MESSAGES, "killed too late to test anything"
     # what the killed driver held (read, perhaps written, not committed) is still in flight until nsqd's timeout
     killed_with = len(archived_ids(spark, driver.output))
 
     driver = Driver(lookupd, tmp_path, TOPIC)
     try:
-        wait_for(lambda: finished(channel_stats(nsqd)) == MESSAGES, 180, "every message archived", interval=0.5)
+        wait_for(lambda: finished(nsqd.channel_stats(TOPIC, CHANNEL)) == MESSAGES, 180, "every message archived",
+                 interval=0.5)
         # everything archived is finished in nsqd, nothing left in flight or queued
-        wait_for(lambda: (lambda c: c["depth"] == 0 and c["in_flight_count"] == 0)(channel_stats(nsqd)), 30,
-                 "channel drained", interval=0.5)
+        wait_for(lambda: drained(nsqd), 30, "channel drained", interval=0.5)
         assert driver.get("/ping") == (200, "OK")
         # the next progress sample sees the drained channel
         wait_for(lambda: re.search(r"backlog in nsqd 0; last batch [\d,]+ messages in [\d.]+s$",
@@ -97,7 +98,7 @@ def test_archives_every_message_exactly_once_across_a_driver_kill(
         assert driver.stop(signal.SIGTERM) is not None
     ids = archived_ids(spark, driver.output)
     assert sorted(ids) == list(range(MESSAGES)), f"{len(ids) - len(set(ids))} duplicates, {killed_with} before"
-    assert channel_stats(nsqd)["timeout_count"] > 0, "the killed driver's messages came back by timeout"
+    assert nsqd.channel_stats(TOPIC, CHANNEL)["timeout_count"] > 0, "the killed driver's messages came back by timeout"
     partitions = {path.relative_to(driver.output).parts[:3] for path in driver.output.rglob("*.parquet")}
     assert all(part[0] == f"topic={TOPIC}" and part[1].startswith("date=") and part[2].startswith("hour=")
                for part in partitions)
@@ -124,24 +125,24 @@ def test_nothing_finished_is_lost_when_an_nsqd_is_killed(spark: SparkSession, tm
     half = MESSAGES // 2
     driver: Driver | None = None
     try:
-        publish(survivor, range(half))
-        publish(killed, range(half, MESSAGES))
+        survivor.multi_publish(TOPIC, records(range(half)), batch=1000)
+        killed.multi_publish(TOPIC, records(range(half, MESSAGES)), batch=1000)
         driver = Driver(lookupd, tmp_path, TOPIC)
-        wait_for(lambda: finished(channel_stats(killed)) >= 2000, 120, "batches from the nsqd to kill", interval=0.2)
-        before = channel_stats(killed)
+        wait_for(lambda: finished(killed.channel_stats(TOPIC, CHANNEL)) >= 2000, 120, "batches from the nsqd to kill",
+                 interval=0.2)
+        before = killed.channel_stats(TOPIC, CHANNEL)
         killed.stop(signal.SIGKILL)
         assert finished(before) < half, "killed too late to test anything"
 
         # the job goes on with the survivor, then with the nsqd restarted on the same data path
-        wait_for(lambda: finished(channel_stats(survivor)) == half, 120, "the survivor's messages archived",
-                 interval=0.5)
+        wait_for(lambda: finished(survivor.channel_stats(TOPIC, CHANNEL)) == half, 120,
+                 "the survivor's messages archived", interval=0.5)
         assert driver.get("/ping") == (200, "OK")
         # at its address, as an nsqd restarts, or at another one that lookupd tells the job
         addresses = (f"--tcp-address=127.0.0.1:{killed.tcp_port}", f"--http-address=127.0.0.1:{killed.http_port}")
         killed = start_nsqd(*registered, *durable, *(addresses if same_address else ()), data_path=killed_path)
-        wait_for(lambda: (lambda c: c and c["depth"] == 0 and c["in_flight_count"] == 0)(channel_stats(killed)),
-                 120, "the restarted nsqd's messages archived", interval=0.5)
-        wait_for(lambda: channel_stats(survivor)["in_flight_count"] == 0, 30, "the last batch committed")
+        wait_for(lambda: drained(killed), 120, "the restarted nsqd's messages archived", interval=0.5)
+        wait_for(lambda: survivor.channel_stats(TOPIC, CHANNEL)["in_flight_count"] == 0, 30, "the last batch committed")
     finally:
         stopped = driver.stop(signal.SIGTERM) if driver is not None else 0
         killed.stop()

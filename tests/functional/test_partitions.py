@@ -1,4 +1,4 @@
-"""Partitions, for real (tests.partitions): nsqd and lookupd in network namespaces of their own, links cut with
+"""Partitions, for real (harness.partitions): nsqd and lookupd in network namespaces of their own, links cut with
 iptables DROP rules. ``bench.partitions`` runs the same rounds many times."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import netns
+from harness.partitions import HEARTBEAT_INTERVAL, Cluster, Traffic, cluster, cut_consumer_mid_batch, partition_round
 from services.nsqd.lookup_peer import PING_INTERVAL
-from tests import netns
-from tests.partitions import HEARTBEAT_INTERVAL, Cluster, Traffic, cluster, cut_consumer_mid_batch, partition_round
 
 pytestmark = pytest.mark.slow
 

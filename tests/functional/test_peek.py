@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from harness.processes import NSQDProcess
+from harness.wire import WireClient
 from shared.protocol.frames import Message
-from tests.processes import NSQDProcess
-from tests.wire import WireClient
 
 # records of about 35 bytes: three to a file, so a peek crosses files
 SMALL_FILES = "--max-bytes-per-file=110"

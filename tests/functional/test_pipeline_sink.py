@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import threading
 import time
 from collections import Counter
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from harness.processes import NSQDProcess, free_port, start_lookupd, start_nsqd, wait_for
 from shared.protocol.frames import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
@@ -26,8 +26,7 @@ from shared.protocol.frames import (
     decode_message,
     encode_command,
 )
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
-from tests.spark import spark  # noqa: F401
+from tests.functional.spark import spark  # noqa: F401
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -68,14 +67,6 @@ def cluster(tmp_path: Path, *flags: str, nodes: int = 2) -> Iterator[tuple[NSQDP
 def topic_stats(nsqd: NSQDProcess) -> dict[str, dict[str, int]]:
     stats = json.loads(nsqd.http("GET", "/stats?format=json")[2])
     return {topic["topic_name"]: topic for topic in stats["topics"]}
-
-
-def lookupd_address(lookupd: NSQDProcess) -> str:
-    return f"127.0.0.1:{lookupd.http_port}"
-
-
-def nsqd_address(nsqd: NSQDProcess) -> str:
-    return f"127.0.0.1:{nsqd.tcp_port}"
 
 
 async def drain(nsqd: NSQDProcess, topic: str) -> list[bytes]:
@@ -135,16 +126,10 @@ def ids(bodies: list[bytes]) -> Counter[int]:
     return Counter(int(body) for body in bodies)
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_every_row_reaches_one_of_the_nodes_lookupd_lists(spark: SparkSession, tmp_path: Path) -> None:
     rows = 100_000
     with cluster(tmp_path) as (lookupd, nodes):
-        (numbered(spark, rows).write.format("nsq").option("lookupd_http_address", lookupd_address(lookupd))
+        (numbered(spark, rows).write.format("nsq").option("lookupd_http_address", lookupd.http_address_text)
          .option("topic", "sunk").mode("append").save())
         received = [asyncio.run(drain(nsqd, "sunk")) for nsqd in nodes]
     assert all(len(bodies) > rows // 10 for bodies in received), [len(bodies) for bodies in received]
@@ -165,7 +150,7 @@ def test_a_node_killed_mid_write_loses_nothing(spark: SparkSession, tmp_path: Pa
         # the write runs in this thread: a Python data source is only found from the thread that made the session
         killer = Killer(victim, "sunk")
         try:
-            (numbered(spark, rows).write.format("nsq").option("lookupd_http_address", lookupd_address(lookupd))
+            (numbered(spark, rows).write.format("nsq").option("lookupd_http_address", lookupd.http_address_text)
              .option("topic", "sunk").mode("append").save())
         finally:
             killed_mid_write = killer.stop()
@@ -194,7 +179,7 @@ def test_a_topic_column_routes_each_row(spark: SparkSession, tmp_path: Path) -> 
         remainder = F.col("body").cast("string").cast("long") % 3
         # every third row names no topic and goes to the topic option's
         topic = F.when(remainder == 0, F.lit(None)).otherwise(F.concat(F.lit("routed_"), remainder.cast("string")))
-        (frame.withColumn("topic", topic).write.format("nsq").option("nsqd_tcp_address", nsqd_address(nsqd))
+        (frame.withColumn("topic", topic).write.format("nsq").option("nsqd_tcp_address", nsqd.tcp_address_text)
          .option("topic", "fallback").option("mpub_chunk", "100").mode("append").save())
         counts = {name: topic["message_count"] for name, topic in topic_stats(nsqd).items()}
         assert counts == {"fallback": 1000, "routed_1": 1000, "routed_2": 1000}
@@ -210,7 +195,7 @@ def test_a_stream_publishes_each_micro_batch_once(spark: SparkSession, tmp_path:
 
     def run_stream() -> None:
         query = (spark.readStream.text(str(source)).withColumnRenamed("value", "body").writeStream.format("nsq")
-                 .option("nsqd_tcp_address", nsqd_address(nsqd)).option("topic", "streamed")
+                 .option("nsqd_tcp_address", nsqd.tcp_address_text).option("topic", "streamed")
                  .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
         query.awaitTermination(60)
         assert query.exception() is None
@@ -236,15 +221,15 @@ async def test_chunks_a_dead_node_does_not_take_go_to_the_next(nsqd: NSQDProcess
     from services.pipeline.chunk_router import CHUNKS_IN_FLIGHT
     from services.pipeline.sink import SinkConfig, publish
 
-    dead = f"127.0.0.1:{closed_port()}"
-    options = parse_options({"nsqd_tcp_address": f"{dead},{nsqd_address(nsqd)}", "topic": "t", "mpub_chunk": "2",
+    dead = f"127.0.0.1:{free_port()}"
+    options = parse_options({"nsqd_tcp_address": f"{dead},{nsqd.tcp_address_text}", "topic": "t", "mpub_chunk": "2",
                              "connect_timeout": "1"})
     batches = [pa.record_batch({"body": pa.array([b"%d" % n for n in range(first, first + 50)])})
                for first in range(0, 100, 50)]
     # the sorted ring is [dead, live] or [live, dead]: starting at each, one chunk in two is the dead node's turn
     for start in (0, 1):
         report = await publish(SinkConfig(options, "body"), batches, start)
-        assert (report.messages, report.chunks, report.per_node) == (100, 50, {nsqd_address(nsqd): 100})
+        assert (report.messages, report.chunks, report.per_node) == (100, 50, {nsqd.tcp_address_text: 100})
         # only chunks already under way when it failed were sent to it (not one in two)
         assert 1 <= report.retries <= CHUNKS_IN_FLIGHT
     assert sorted(await drain(nsqd, "t")) == sorted([b"%d" % n for n in range(100)] * 2)
@@ -256,8 +241,9 @@ async def test_chunks_a_node_stops_answering_go_to_the_next(nsqd_factory: Callab
     from services.pipeline.options import parse_options
     from services.pipeline.chunk_router import Chunk, ChunkRouter
 
-    silent, live = sorted((nsqd_factory(), nsqd_factory()), key=nsqd_address)  # the ring's order: silent first
-    options = parse_options({"nsqd_tcp_address": f"{nsqd_address(silent)},{nsqd_address(live)}", "topic": "t",
+    # the ring's order: silent first
+    silent, live = sorted((nsqd_factory(), nsqd_factory()), key=lambda node: node.tcp_address_text)
+    options = parse_options({"nsqd_tcp_address": f"{silent.tcp_address_text},{live.tcp_address_text}", "topic": "t",
                              "publish_timeout": "0.5"})
     router = ChunkRouter(options, start=0)
     try:
@@ -273,8 +259,8 @@ async def test_chunks_a_node_stops_answering_go_to_the_next(nsqd_factory: Callab
             silent.process.send_signal(signal.SIGCONT)
     finally:
         await router.close()
-    assert (report.messages, report.chunks, report.per_node) == (20, 10, {nsqd_address(silent): 2,
-                                                                         nsqd_address(live): 18})
+    assert (report.messages, report.chunks, report.per_node) == (20, 10, {silent.tcp_address_text: 2,
+                                                                         live.tcp_address_text: 18})
     assert report.retries >= 1
     assert sorted(await drain(live, "t"), key=int) == [b"%d" % n for n in range(2, 20)]
 
@@ -287,7 +273,7 @@ async def test_a_chunk_every_node_would_refuse_fails_at_once(nsqd_factory: Calla
     from services.pipeline.sink import SinkConfig, publish
 
     nodes = [nsqd_factory("--max-msg-size=100") for _ in range(2)]
-    options = parse_options({"nsqd_tcp_address": ",".join(map(nsqd_address, nodes)), "topic": "t"})
+    options = parse_options({"nsqd_tcp_address": ",".join(node.tcp_address_text for node in nodes), "topic": "t"})
     batch = pa.record_batch({"body": pa.array([b"x" * 101])})
     with pytest.raises(SinkError, match=r"refused 1 messages for topic 't': E_BAD_MESSAGE"):
         await publish(SinkConfig(options, "body"), [batch], 0)
@@ -298,7 +284,7 @@ def test_no_reachable_node_fails_the_write_quickly(spark: SparkSession) -> None:
     start = time.monotonic()
     with pytest.raises(Exception, match=r"no nsqd took a chunk of 10 messages for topic 'lost'"):
         (numbered(spark, 10, partitions=1).write.format("nsq").option("topic", "lost")
-         .option("nsqd_tcp_address", f"127.0.0.1:{closed_port()},127.0.0.1:{closed_port()}")
+         .option("nsqd_tcp_address", f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}")
          .option("connect_timeout", "1").mode("append").save())
     assert time.monotonic() - start < 20
 
@@ -308,7 +294,7 @@ def test_a_lookupd_that_knows_no_node_fails_the_write(spark: SparkSession) -> No
     try:
         with pytest.raises(Exception, match="no nsqd to publish to: the lookupds know no nsqd"):
             (numbered(spark, 10, partitions=1).write.format("nsq").option("topic", "lost")
-             .option("lookupd_http_address", lookupd_address(lookupd)).mode("append").save())
+             .option("lookupd_http_address", lookupd.http_address_text).mode("append").save())
     finally:
         lookupd.stop()
 
@@ -328,5 +314,5 @@ def test_rows_that_cannot_be_published_fail_the_write(spark: SparkSession, nsqd:
                                                       options: dict[str, str], error: str) -> None:
     frame = spark.createDataFrame(rows, schema).coalesce(1)
     with pytest.raises(Exception, match=error):
-        (frame.write.format("nsq").option("nsqd_tcp_address", nsqd_address(nsqd)).options(**options)
+        (frame.write.format("nsq").option("nsqd_tcp_address", nsqd.tcp_address_text).options(**options)
          .mode("append").save())

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.processes import NSQDProcess, finished, start_lookupd, wait_for
-from tests.spark import spark  # noqa: F401  (the fixture)
+from harness.processes import NSQDProcess, finished, start_lookupd, wait_for
+from tests.functional.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -21,16 +21,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 TOPIC = "events"
 CHANNEL = "pipeline"
-
-
-def publish(nsqd: NSQDProcess, bodies: list[bytes], chunk: int = 5000) -> None:
-    for first in range(0, len(bodies), chunk):
-        status, _, reply = nsqd.http("POST", f"/mpub?topic={TOPIC}", b"\n".join(bodies[first:first + chunk]))
-        assert status == 200, reply
-
-
-def channel_stats(nsqd: NSQDProcess) -> dict[str, Any]:
-    return nsqd.channel_stats(TOPIC, CHANNEL)
 
 
 def source(spark: SparkSession, **options: object) -> DataFrame:  # noqa: F811
@@ -57,7 +47,7 @@ class Batches:
             return
         self.rows += [(batch_id, row.message_id, bytes(row.body), row.attempts, row.nsqd_address) for row in rows]
         if self.nsqd is not None:
-            self.at_write.append((len(rows), channel_stats(self.nsqd)))
+            self.at_write.append((len(rows), self.nsqd.channel_stats(TOPIC, CHANNEL)))
         if self.fail_on and len(self.at_write) == self.fail_on:
             raise RuntimeError("sink failure (expected by the test)")
 
@@ -70,7 +60,7 @@ def test_stream_into_parquet_exactly_once(spark: SparkSession, nsqd_factory: Cal
     # a msg_timeout shorter than the first micro-batch takes: the messages waiting get TOUCHed, none times out
     nsqd = nsqd_factory("--msg-timeout=4s", "--max-rdy-count=10000")
     sent = bodies(20_000)
-    publish(nsqd, sent)
+    nsqd.multi_publish(TOPIC, sent)
     output = tmp_path / "parquet"
     query = (source(spark, nsqd_tcp_address=f"127.0.0.1:{nsqd.tcp_port}", max_in_flight=10_000)
              .writeStream.format("parquet").option("path", str(output))
@@ -78,14 +68,15 @@ def test_stream_into_parquet_exactly_once(spark: SparkSession, nsqd_factory: Cal
              .trigger(processingTime="100 milliseconds").start())
     try:
         # the last batch is FIN'd once Spark plans the (empty) batch after it
-        wait_for(lambda: finished(stats := channel_stats(nsqd)) == len(sent) and not stats["in_flight_count"], 60)
+        wait_for(lambda: finished(stats := nsqd.channel_stats(TOPIC, CHANNEL)) == len(sent)
+                 and not stats["in_flight_count"], 60)
     finally:
         query.stop()
     written = spark.read.parquet(str(output)).select("message_id", "body", "attempts", "topic").collect()
     assert sorted(bytes(row.body) for row in written) == sent
     assert len({row.message_id for row in written}) == len(sent)
     assert {(row.attempts, row.topic) for row in written} == {(1, TOPIC)}
-    stats = channel_stats(nsqd)
+    stats = nsqd.channel_stats(TOPIC, CHANNEL)
     assert (stats["depth"], stats["in_flight_count"], stats["deferred_count"]) == (0, 0, 0)
     assert (stats["requeue_count"], stats["timeout_count"]) == (0, 0)
 
@@ -95,7 +86,7 @@ def test_nothing_finished_before_commit_and_failed_batch_redelivered(
     # the default msg_timeout (60 s) is longer than the test may take: what comes back, came back by REQ
     nsqd = nsqd_factory()
     sent = bodies(3000)
-    publish(nsqd, sent)
+    nsqd.multi_publish(TOPIC, sent)
     options = {"nsqd_tcp_address": f"127.0.0.1:{nsqd.tcp_port}", "max_in_flight": 600}
     checkpoint = str(tmp_path / "checkpoint")
     first = Batches(nsqd, fail_on=3)
@@ -117,7 +108,7 @@ def test_nothing_finished_before_commit_and_failed_batch_redelivered(
              .trigger(processingTime="100 milliseconds").start())
     try:
         wait_for(lambda: set(first.bodies()) | set(second.bodies()) == set(sent)
-                 and finished(channel_stats(nsqd)) == len(sent), 60)
+                 and finished(nsqd.channel_stats(TOPIC, CHANNEL)) == len(sent), 60)
     finally:
         query.stop()
     again = {row[1]: row[3] for row in second.rows if row[1] in failed}
@@ -132,7 +123,7 @@ def test_nsqd_found_through_lookupd_after_start(spark: SparkSession,  # noqa: F8
     try:
         registered = f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"
         first = nsqd_factory(registered)
-        publish(first, bodies(100, b"a"))
+        first.multi_publish(TOPIC, bodies(100, b"a"))
         sink = Batches()
         query = (source(spark, lookupd_http_address=f"127.0.0.1:{lookupd.http_port}", lookupd_poll_interval=0.5)
                  .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "checkpoint"))
@@ -140,7 +131,7 @@ def test_nsqd_found_through_lookupd_after_start(spark: SparkSession,  # noqa: F8
         try:
             wait_for(lambda: len(sink.rows) >= 100, 60)
             second = nsqd_factory(registered)
-            publish(second, bodies(100, b"b"))
+            second.multi_publish(TOPIC, bodies(100, b"b"))
             wait_for(lambda: len(sink.rows) >= 200, 60)
         finally:
             query.stop()
@@ -155,27 +146,27 @@ def test_batch_reads(spark: SparkSession, nsqd_factory: Callable[..., NSQDProces
 
     nsqd = nsqd_factory()
     sent = bodies(500)
-    publish(nsqd, sent)
+    nsqd.multi_publish(TOPIC, sent)
     options = {"topic": TOPIC, "channel": CHANNEL, "nsqd_tcp_address": f"127.0.0.1:{nsqd.tcp_port}",
                "idle_timeout": "1"}
 
     # spark.read only looks: everything is given back
     peeked = spark.read.format("nsq").options(**options).load().collect()
     assert sorted(bytes(row.body) for row in peeked) == sent
-    stats = channel_stats(nsqd)
+    stats = nsqd.channel_stats(TOPIC, CHANNEL)
     assert (stats["depth"], stats["in_flight_count"], finished(stats)) == (500, 0, 0)
 
     # read_batch: held until ack(); a write that fails gives the batch back
     with pytest.raises(RuntimeError, match="write failure"):
         with read_batch(spark, {**options, "max_messages": "200"}) as batch:
-            assert len(batch) == 200 and channel_stats(nsqd)["in_flight_count"] == 200
+            assert len(batch) == 200 and nsqd.channel_stats(TOPIC, CHANNEL)["in_flight_count"] == 200
             raise RuntimeError("write failure (expected by the test)")
-    assert finished(channel_stats(nsqd)) == 0
+    assert finished(nsqd.channel_stats(TOPIC, CHANNEL)) == 0
     with read_batch(spark, {**options, "max_messages": "200"}) as batch:
         batch.frame.write.parquet(str(tmp_path / "one"))
-        assert finished(channel_stats(nsqd)) == 0
+        assert finished(nsqd.channel_stats(TOPIC, CHANNEL)) == 0
         batch.ack()
-    assert finished(channel_stats(nsqd)) == 200
+    assert finished(nsqd.channel_stats(TOPIC, CHANNEL)) == 200
 
     # drain: batches of at most max_in_flight, each FIN'd after its write
     counts: list[int] = []
@@ -186,7 +177,7 @@ def test_batch_reads(spark: SparkSession, nsqd_factory: Callable[..., NSQDProces
 
     assert drain(spark, {**options, "max_in_flight": "120"}, write) == 300
     assert max(counts) <= 120 and sum(counts) == 300
-    stats = channel_stats(nsqd)
+    stats = nsqd.channel_stats(TOPIC, CHANNEL)
     assert (stats["depth"], stats["in_flight_count"], finished(stats)) == (0, 0, 500)
     written = spark.read.parquet(str(tmp_path / "one"), str(tmp_path / "rest")).collect()
     assert sorted(bytes(row.body) for row in written) == sent
@@ -201,21 +192,24 @@ def test_large_messages_are_held_within_max_bytes_in_flight(nsqd_factory: Callab
 
     nsqd = nsqd_factory()
     sent = [b"%03d" % index + b"x" * (100 * 1024 - 3) for index in range(60)]
-    publish(nsqd, sent, chunk=20)
+    nsqd.multi_publish(TOPIC, sent, batch=20)
     consumer = HoldingConsumer(parse_options({"topic": TOPIC, "channel": CHANNEL, "max_bytes_in_flight": str(1 << 20),
                                               "nsqd_tcp_address": f"127.0.0.1:{nsqd.tcp_port}"}, need_channel=True))
+
+    def in_flight() -> int:
+        return int(nsqd.channel_stats(TOPIC, CHANNEL)["in_flight_count"])
+
     consumer.start()
     try:
-        wait_for(lambda: channel_stats(nsqd).get("client_count") == 40, 10, "40 connections")
+        wait_for(lambda: nsqd.channel_stats(TOPIC, CHANNEL).get("client_count") == 40, 10, "40 connections")
         wait_for(lambda: consumer.window() == 10, 10, "the window fitted to the bytes")
-        held = wait_for(lambda: (lambda count: count if count == 10 else 0)(channel_stats(nsqd)["in_flight_count"]),
-                        10, "the window filled")
+        held = wait_for(lambda: count if (count := in_flight()) == 10 else 0, 10, "the window filled")
         taken = consumer.take()
-        assert held == len(taken) == 10 and channel_stats(nsqd)["in_flight_count"] == 10  # no more came
+        assert held == len(taken) == 10 and in_flight() == 10  # no more came
         consumer.finish(taken)
-        wait_for(lambda: finished(channel_stats(nsqd)) == 10 and channel_stats(nsqd)["in_flight_count"] == 10, 10,
+        wait_for(lambda: finished(nsqd.channel_stats(TOPIC, CHANNEL)) == 10 and in_flight() == 10, 10,
                  "the next ten, and no more")
     finally:
         consumer.stop()
-    stats = channel_stats(nsqd)
+    stats = nsqd.channel_stats(TOPIC, CHANNEL)
     assert (stats["depth"], stats["in_flight_count"], finished(stats)) == (50, 0, 10)  # the rest given back

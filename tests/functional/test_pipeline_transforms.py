@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from services.pipeline.message_rows import ARROW_SCHEMA, SCHEMA
 from services.pipeline.transforms import event_counts, for_archive
-from tests.spark import spark  # noqa: F401  (the fixture)
+from tests.functional.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

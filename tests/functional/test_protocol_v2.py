@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from harness.in_process import InProcessNSQD
+from harness.processes import Service, wait_for_async
+from harness.wire import WireClient
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_mpub
-from tests.in_process import InProcessNSQD
-from tests.processes import Service, wait_for_async
-from tests.wire import WireClient
 
 
 def error(text: str) -> Frame:
@@ -446,9 +446,13 @@ async def test_e2e_processing_latency_percentiles(nsqd_factory: Callable[..., Se
     for msg in await consumer.read_messages(2):
         await consumer.command(b"FIN", msg.id)
     await consumer.command(b"NOP")
-    await asyncio.sleep(0.1)
-    topic = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"][0]
-    for latency in (topic["e2e_processing_latency"], topic["channels"][0]["e2e_processing_latency"]):
+
+    def latencies() -> list[dict[str, Any]]:
+        topic = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"][0]
+        return [topic["e2e_processing_latency"], topic["channels"][0]["e2e_processing_latency"]]
+
+    await wait_for_async(lambda: [latency["count"] for latency in latencies()] == [2, 2], what="both FINs counted")
+    for latency in latencies():
         assert latency["count"] == 2
         assert [p["quantile"] for p in latency["percentiles"]] == [0.99, 0.5]
         assert all(0 < p["value"] < 5e9 for p in latency["percentiles"])

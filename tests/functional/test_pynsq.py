@@ -16,9 +16,9 @@ from typing import Any
 import nsq  # type: ignore[import-untyped]  # pynsq 0.9.1: no stubs or py.typed
 import pytest
 
-from tests.processes import NSQDProcess, wait_for
-from tests.pynsq_harness import PynsqLoop, Received
-from tests.wire import WireClient
+from harness.processes import NSQDProcess, wait_for
+from harness.pynsq import PynsqLoop, Received
+from harness.wire import WireClient
 
 # a message sent by nsqd is timed from before the client saw it: allow that much transit on "not before"
 TRANSIT = 0.05
@@ -43,18 +43,10 @@ def stats(nsqd: NSQDProcess, topic: str) -> dict[str, Any]:
     return document
 
 
-def channel_stats(nsqd: NSQDProcess, topic: str, channel: str) -> dict[str, Any] | None:
-    for topic_stats in stats(nsqd, topic)["topics"] or []:
-        for found in topic_stats["channels"]:
-            if found["channel_name"] == channel:
-                return found  # type: ignore[no-any-return]
-    return None
-
-
 def wait_subscribed(nsqd: NSQDProcess, topic: str, channel: str, clients: int = 1) -> dict[str, Any]:
     """The channel's stats once ``clients`` consumers are on it, each with RDY > 0."""
     def subscribed() -> dict[str, Any] | None:
-        found = channel_stats(nsqd, topic, channel)
+        found = nsqd.channel_stats(topic, channel)
         if found and len(found["clients"]) == clients and all(c["ready_count"] > 0 for c in found["clients"]):
             return found
         return None
@@ -64,22 +56,12 @@ def wait_subscribed(nsqd: NSQDProcess, topic: str, channel: str, clients: int = 
 def wait_settled(nsqd: NSQDProcess, topic: str, channel: str, finished: int) -> dict[str, Any]:
     """The channel's stats once its clients have FIN'd ``finished`` messages and nothing is left anywhere."""
     def settled() -> dict[str, Any] | None:
-        found = channel_stats(nsqd, topic, channel)
+        found = nsqd.channel_stats(topic, channel)
         if found and sum(c["finish_count"] for c in found["clients"]) == finished and found["depth"] == 0 \
                 and found["in_flight_count"] == 0 and found["deferred_count"] == 0:
             return found
         return None
     return wait_for(settled, what=f"{finished} finished on {topic}/{channel}, nothing left")
-
-
-def http_pub(nsqd: NSQDProcess, topic: str, body: bytes) -> None:
-    status, _, answer = nsqd.http("POST", f"/pub?topic={topic}", body)
-    assert (status, answer) == (200, b"OK")
-
-
-def http_mpub(nsqd: NSQDProcess, topic: str, bodies: list[bytes]) -> None:
-    status, _, answer = nsqd.http("POST", f"/mpub?topic={topic}", b"\n".join(bodies))
-    assert (status, answer) == (200, b"OK")
 
 
 def assert_once_each(received: list[Received], bodies: list[bytes]) -> None:
@@ -146,7 +128,7 @@ def test_reader_consumes_http_published_messages_exactly_once(nsqd: NSQDProcess,
     wait_subscribed(nsqd, "pynsq_reader", "ch")
     bodies = [f"message {i}".encode() for i in range(30)]
     for body in bodies:
-        http_pub(nsqd, "pynsq_reader", body)
+        nsqd.publish("pynsq_reader", body)
 
     received = reader.inbox.wait_count(30)
     channel = wait_settled(nsqd, "pynsq_reader", "ch", finished=30)
@@ -168,7 +150,7 @@ def test_every_channel_gets_every_message(nsqd: NSQDProcess, pynsq: PynsqLoop) -
     wait_subscribed(nsqd, "pynsq_fanout", "first")
     wait_subscribed(nsqd, "pynsq_fanout", "second")
     bodies = [f"fanout {i}".encode() for i in range(20)]
-    http_mpub(nsqd, "pynsq_fanout", bodies)
+    nsqd.multi_publish("pynsq_fanout", bodies)
 
     for reader, channel in ((first, "first"), (second, "second")):
         reader.inbox.wait_count(20)
@@ -181,7 +163,7 @@ def test_readers_on_one_channel_share_its_messages(nsqd: NSQDProcess, pynsq: Pyn
     second = pynsq.reader(nsqd.tcp_address, "pynsq_shared", "ch", max_in_flight=2)
     wait_subscribed(nsqd, "pynsq_shared", "ch", clients=2)
     bodies = [f"shared {i}".encode() for i in range(40)]
-    http_mpub(nsqd, "pynsq_shared", bodies)
+    nsqd.multi_publish("pynsq_shared", bodies)
 
     channel = wait_settled(nsqd, "pynsq_shared", "ch", finished=40)
     firsts, seconds = first.inbox.messages, second.inbox.messages
@@ -205,7 +187,7 @@ def test_handler_returning_false_requeues_with_pynsq_delay(nsqd: NSQDProcess, py
     reader = pynsq.reader(nsqd.tcp_address, "pynsq_req", "ch", fail_first, requeue_delay=1,
                           max_backoff_duration=0.5)
     wait_subscribed(nsqd, "pynsq_req", "ch")
-    http_pub(nsqd, "pynsq_req", b"try again")
+    nsqd.publish("pynsq_req", b"try again")
 
     first, second = reader.inbox.wait_count(2)
     assert (first.id, first.body, first.attempts) == (second.id, b"try again", 1)
@@ -228,7 +210,7 @@ def test_message_requeue_with_delay(nsqd: NSQDProcess, pynsq: PynsqLoop) -> None
 
     reader = pynsq.reader(nsqd.tcp_address, "pynsq_req_delay", "ch", requeue_first)
     wait_subscribed(nsqd, "pynsq_req_delay", "ch")
-    http_pub(nsqd, "pynsq_req_delay", b"later please")
+    nsqd.publish("pynsq_req_delay", b"later please")
 
     first, second = reader.inbox.wait_count(2)
     assert first.id == second.id and (first.attempts, second.attempts) == (1, 2)
@@ -246,15 +228,15 @@ def hold(message: nsq.Message) -> None:
 def test_touch_keeps_a_message_past_its_timeout(nsqd: NSQDProcess, pynsq: PynsqLoop) -> None:
     reader = pynsq.reader(nsqd.tcp_address, "pynsq_touch", "ch", hold, msg_timeout=1)
     wait_subscribed(nsqd, "pynsq_touch", "ch")
-    http_pub(nsqd, "pynsq_touch", b"slow work")
+    nsqd.publish("pynsq_touch", b"slow work")
     [received] = reader.inbox.wait_count(1)
 
     # TOUCH every 300 ms for 2.5 msg_timeouts: each one moves the deadline a full msg_timeout on
     while time.monotonic() - received.at < 2.5:
         time.sleep(0.3)
         pynsq.call(received.message.touch)
-    channel = channel_stats(nsqd, "pynsq_touch", "ch")
-    assert channel is not None
+    channel = nsqd.channel_stats("pynsq_touch", "ch")
+    assert channel
     assert (channel["in_flight_count"], channel["timeout_count"]) == (1, 0)
     assert reader.inbox.messages == [received]
 
@@ -266,7 +248,7 @@ def test_touch_keeps_a_message_past_its_timeout(nsqd: NSQDProcess, pynsq: PynsqL
 def test_unfinished_message_is_redelivered_after_msg_timeout(nsqd: NSQDProcess, pynsq: PynsqLoop) -> None:
     reader = pynsq.reader(nsqd.tcp_address, "pynsq_timeout", "ch", hold, msg_timeout=1)
     wait_subscribed(nsqd, "pynsq_timeout", "ch")
-    http_pub(nsqd, "pynsq_timeout", b"forgotten")
+    nsqd.publish("pynsq_timeout", b"forgotten")
 
     first, second = reader.inbox.wait_count(2, timeout=6)
     assert (first.id, first.body, first.attempts) == (second.id, second.body, 1)
@@ -293,7 +275,7 @@ def test_reader_answers_heartbeats_and_stays_connected(nsqd: NSQDProcess, pynsq:
     assert (still["remote_address"], still["connect_ts"]) == (client["remote_address"], client["connect_ts"])
     assert reader.connections() == 1
 
-    http_pub(nsqd, "pynsq_heartbeat", b"alive")
+    nsqd.publish("pynsq_heartbeat", b"alive")
     [received] = reader.inbox.wait_count(1)
     assert received.body == b"alive"
     wait_settled(nsqd, "pynsq_heartbeat", "ch", finished=1)

@@ -8,8 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import FAST_SCAN
-from tests.processes import ROOT, start_nsqd
+from harness.processes import FAST_SCAN, ROOT, start_nsqd
 
 
 def topics(stats_body: bytes) -> dict[str, tuple[bool, dict[str, bool]]]:
@@ -62,7 +61,7 @@ def test_a_second_nsqd_on_the_same_data_path_refuses_to_start(tmp_path: Path) ->
 
 
 async def test_queued_in_flight_and_deferred_messages_come_back_after_a_restart(tmp_path: Path) -> None:
-    from tests.wire import WireClient
+    from harness.wire import WireClient
 
     nsqd = start_nsqd(*FAST_SCAN, "--mem-queue-size=2", data_path=tmp_path)
     try:
@@ -94,7 +93,7 @@ async def test_queued_in_flight_and_deferred_messages_come_back_after_a_restart(
 
 
 async def test_deferred_messages_keep_their_due_time_across_a_restart(tmp_path: Path) -> None:
-    from tests.wire import WireClient
+    from harness.wire import WireClient
 
     nsqd = start_nsqd(*FAST_SCAN, data_path=tmp_path)
     try:

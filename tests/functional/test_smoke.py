@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from tests.processes import NSQDProcess
-from tests.wire import WireClient
+from harness.processes import NSQDProcess
+from harness.wire import WireClient
 
 
 async def test_publish_then_consume(nsqd: NSQDProcess) -> None:

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.archive_jobs import ARCHIVE_SCHEMA
+from harness.archive_jobs import ARCHIVE_SCHEMA
+from harness.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
+from harness.spark_cluster import SparkCluster
+from tests.functional.spark import spark, spark_cluster  # noqa: F401  (the fixtures)
 from tests.functional.test_event_counts_job import published_totals
-from tests.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
-from tests.spark import spark  # noqa: F401  (the fixture)
-from tests.spark_cluster import SparkCluster, spark_cluster  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from harness.processes import ROOT, NSQDProcess, nsqd_tcp_flag, wait_for
+from harness.wire import WireClient
 from shared.protocol.frames import Message
-from tests.processes import ROOT, NSQDProcess, wait_for
-from tests.wire import WireClient
 
 
 def to_nsq(*args: str, stdin: bytes | Path = b"", timeout: float = 30) -> subprocess.CompletedProcess[bytes]:
@@ -25,10 +25,6 @@ def to_nsq(*args: str, stdin: bytes | Path = b"", timeout: float = 30) -> subpro
         with stdin.open("rb") as source:
             return subprocess.run(command, cwd=ROOT, stdin=source, capture_output=True, timeout=timeout)
     return subprocess.run(command, cwd=ROOT, input=stdin, capture_output=True, timeout=timeout)
-
-
-def address(nsqd: NSQDProcess) -> str:
-    return f"--nsqd-tcp-address=127.0.0.1:{nsqd.tcp_port}"
 
 
 def topic_stats(nsqd: NSQDProcess, topic: str) -> dict[str, Any]:
@@ -53,21 +49,21 @@ async def bodies(nsqd: NSQDProcess, topic: str, count: int) -> list[bytes]:
 
 
 async def test_lines_are_published_skipping_empty_ones(nsqd: NSQDProcess) -> None:
-    result = to_nsq("--topic=lines", address(nsqd), stdin=b"first\n\nsecond\n\n\nthird \n last")
+    result = to_nsq("--topic=lines", nsqd_tcp_flag(nsqd), stdin=b"first\n\nsecond\n\n\nthird \n last")
     assert result.returncode == 0, result.stderr
     assert result.stdout == b""  # NSQ's to_nsq does not echo records
     assert await bodies(nsqd, "lines", 4) == [b"first", b"second", b"third ", b" last"]
 
 
 async def test_a_custom_delimiter(nsqd: NSQDProcess) -> None:
-    result = to_nsq("--topic=fields", address(nsqd), "--delimiter=,", stdin=b"a,b\nc,,d,")
+    result = to_nsq("--topic=fields", nsqd_tcp_flag(nsqd), "--delimiter=,", stdin=b"a,b\nc,,d,")
     assert result.returncode == 0, result.stderr
     assert await bodies(nsqd, "fields", 3) == [b"a", b"b\nc", b"d"]
 
 
 async def test_every_nsqd_gets_every_record(nsqd_factory: Callable[..., NSQDProcess]) -> None:
     first, second = nsqd_factory(), nsqd_factory()
-    result = to_nsq("--topic=fanout", address(first), address(second), stdin=b"one\ntwo\nthree\n")
+    result = to_nsq("--topic=fanout", nsqd_tcp_flag(first), nsqd_tcp_flag(second), stdin=b"one\ntwo\nthree\n")
     assert result.returncode == 0, result.stderr
     for nsqd in (first, second):
         assert await bodies(nsqd, "fanout", 3) == [b"one", b"two", b"three"]
@@ -77,8 +73,8 @@ async def test_stdin_as_a_regular_file_and_as_dev_null(nsqd: NSQDProcess, tmp_pa
     # a pipe transport refuses regular files, and uvloop's aborts on /dev/null: both must simply be read
     path = tmp_path / "records"
     path.write_bytes(b"from\na file\n")
-    assert to_nsq("--topic=files", address(nsqd), stdin=path).returncode == 0
-    assert to_nsq("--topic=files", address(nsqd), stdin=Path("/dev/null")).returncode == 0
+    assert to_nsq("--topic=files", nsqd_tcp_flag(nsqd), stdin=path).returncode == 0
+    assert to_nsq("--topic=files", nsqd_tcp_flag(nsqd), stdin=Path("/dev/null")).returncode == 0
     assert await bodies(nsqd, "files", 2) == [b"from", b"a file"]
 
 
@@ -87,7 +83,7 @@ async def test_100k_records_are_all_published(nsqd_factory: Callable[..., NSQDPr
     nsqd = nsqd_factory("--mem-queue-size=200000")
     data = b"".join(b"record %06d\n" % i for i in range(100_000))
     started = time.monotonic()
-    result = to_nsq("--topic=bulk", address(nsqd), stdin=data)
+    result = to_nsq("--topic=bulk", nsqd_tcp_flag(nsqd), stdin=data)
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     stats = topic_stats(nsqd, "bulk")
@@ -97,7 +93,7 @@ async def test_100k_records_are_all_published(nsqd_factory: Callable[..., NSQDPr
 
 async def test_rate_throttles_publishing(nsqd: NSQDProcess) -> None:
     data = b"".join(b"%d\n" % i for i in range(20))
-    result = to_nsq("--topic=slow", address(nsqd), "--rate=40", stdin=data)
+    result = to_nsq("--topic=slow", nsqd_tcp_flag(nsqd), "--rate=40", stdin=data)
     assert result.returncode == 0, result.stderr
     assert b"Throttling messages rate to max:40/second" in result.stderr
     messages = await consume(nsqd, "slow", 20)
@@ -139,7 +135,7 @@ def test_an_unreachable_nsqd_exits_1_naming_it() -> None:
 
 def test_a_refused_publish_exits_1_with_nsqs_error(nsqd_factory: Callable[..., NSQDProcess]) -> None:
     nsqd = nsqd_factory("--max-msg-size=10")
-    result = to_nsq("--topic=small", address(nsqd), stdin=b"fits\n" + b"x" * 11 + b"\nnever\n")
+    result = to_nsq("--topic=small", nsqd_tcp_flag(nsqd), stdin=b"fits\n" + b"x" * 11 + b"\nnever\n")
     assert result.returncode == 1
     assert f"ERROR: failed to publish to nsqd 127.0.0.1:{nsqd.tcp_port} - E_BAD_MESSAGE".encode() in result.stderr
     assert topic_stats(nsqd, "small")["message_count"] == 1
@@ -148,7 +144,7 @@ def test_a_refused_publish_exits_1_with_nsqs_error(nsqd_factory: Callable[..., N
 def test_sigint_and_sigterm_stop_reading_and_exit_0(nsqd: NSQDProcess) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         topic = f"open{sig}"
-        process = subprocess.Popen([sys.executable, "-m", "apps.to_nsq", f"--topic={topic}", address(nsqd)],
+        process = subprocess.Popen([sys.executable, "-m", "apps.to_nsq", f"--topic={topic}", nsqd_tcp_flag(nsqd)],
                                    cwd=ROOT, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             assert process.stdin is not None

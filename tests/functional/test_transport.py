@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import trustme
 
+from harness.processes import NSQDProcess
+from harness.pynsq import PynsqLoop
+from harness.wire import WireClient
 from shared.client import Consumer, Message, NSQProtocolError, Producer, TransportError
 from tests.functional.test_pynsq import pynsq  # noqa: F401  (the fixture)
-from tests.processes import NSQDProcess
-from tests.pynsq_harness import PynsqLoop
-from tests.wire import WireClient
 
 COMBINATIONS = [
     pytest.param({"tls": True}, id="tls"),
@@ -210,7 +210,7 @@ async def test_corrupt_compressed_stream_closes_only_that_connection(nsqd: NSQDP
 
 
 def test_unreadable_certificate_fails_the_start(tmp_path: Path) -> None:
-    from tests.processes import start_nsqd
+    from harness.processes import start_nsqd
 
     (tmp_path / "data").mkdir()
     with pytest.raises(RuntimeError, match="failed to build TLS config"):

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import aiosqlite
 import pytest
 from aiohttp import web
 
+from harness.processes import free_port
 from services.admin.audit import AuditEntry, AuditLog
 from services.admin.notifications import Notifier, notification_body
 from services.admin.store import open_store
@@ -118,14 +118,8 @@ async def test_notifier_posts_the_exact_json(session: aiohttp.ClientSession,
         await runner.cleanup()
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_endpoint_down_is_logged(session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture) -> None:
-    notifier = Notifier(session, f"http://127.0.0.1:{closed_port()}/notify", TIMEOUT)
+    notifier = Notifier(session, f"http://127.0.0.1:{free_port()}/notify", TIMEOUT)
     with caplog.at_level(logging.WARNING, logger="nsqadmin"):
         notifier.send(notification_body(entry(1.0), "http://a/", "h"))
         started = time.monotonic()

@@ -1,4 +1,4 @@
-"""Both command parsers under random and mutated byte streams (the properties are in tests/hostile.py).
+"""Both command parsers under random and mutated byte streams (the properties are in harness/hostile.py).
 
 These runs are short, to stay in the normal suite; ``python -m bench.fuzz --seconds 600`` runs the same checks
 for as long as it is given. test_commands.py and test_lookup_v1.py hold the exact tables; here no input has a
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness import hostile
+from harness.hostile import MAX_BODY, MAX_MSG, MUTATION_KINDS, SIZES, TOKENS, Violation, check_lookup, check_v2, size
 from shared.protocol.commands import MAX_LINE_LENGTH, CommandParser
 from shared.protocol.lookup_v1 import MAX_IDENTIFY_BODY, LookupCommandParser
-from tests import hostile
-from tests.hostile import MAX_BODY, MAX_MSG, MUTATION_KINDS, SIZES, TOKENS, Violation, check_lookup, check_v2, size
 
 # reads a server could see: up to 40 cuts anywhere
 cuts = st.lists(st.integers(0, 2**20), max_size=40)

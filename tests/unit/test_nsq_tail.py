@@ -12,7 +12,7 @@ import pytest
 from apps.nsq_tail import Options, Tail, default_channel
 from shared.client import Message
 from shared.protocol.names import is_valid_channel_name
-from tests.tool_flags import parsed, refused
+from tests.unit.tool_flags import parsed, refused
 
 # -- flags -------------------------------------------------------------------------------------------------
 

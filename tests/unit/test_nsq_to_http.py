@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from apps.nsq_to_http import Options, get_url, parse_headers
-from tests.tool_flags import parsed, refused
+from tests.unit.tool_flags import parsed, refused
 
 NSQD = "--nsqd-tcp-address=127.0.0.1:4150"
 POST = "--post=http://127.0.0.1:8080/in"

@@ -8,7 +8,7 @@ from functools import partial
 import pytest
 
 from apps.nsq_to_nsq import JsonFilter, Options
-from tests.tool_flags import parsed, refused
+from tests.unit.tool_flags import parsed, refused
 
 NSQD = "--nsqd-tcp-address=127.0.0.1:4150"
 DESTINATION = "--destination-nsqd-tcp-address=127.0.0.1:5150"

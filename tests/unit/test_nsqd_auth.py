@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +17,7 @@ import pytest
 import trustme
 from aiohttp import web
 
+from harness.processes import free_port
 from services.nsqd.auth import auth_response
 from services.nsqd.auth_client import AuthClient, endpoint
 from shared.auth_reply import AuthError, Authorization, AuthState, parse_auth_reply
@@ -244,12 +244,6 @@ class FirstAsked(random.Random):
         return self.index
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 async def clients() -> AsyncIterator[Callable[..., AuthClient]]:
     made: list[AuthClient] = []
@@ -320,7 +314,7 @@ async def test_a_full_url_is_used_as_is(serve: Callable[..., Awaitable[Authd]],
 async def test_the_first_address_down_the_next_is_asked(serve: Callable[..., Awaitable[Authd]],
                                                         clients: Callable[..., AuthClient]) -> None:
     authd = await serve()
-    state = await clients([f"127.0.0.1:{closed_port()}", authd.address]).query("1.2.3.4", False, "s", "")
+    state = await clients([f"127.0.0.1:{free_port()}", authd.address]).query("1.2.3.4", False, "s", "")
     assert state.identity == "billing" and len(authd.seen) == 1
 
 
@@ -348,7 +342,7 @@ async def test_the_start_is_random_by_default(serve: Callable[..., Awaitable[Aut
 
 async def test_all_down_is_one_error_naming_each(serve: Callable[..., Awaitable[Authd]],
                                                  clients: Callable[..., AuthClient]) -> None:
-    refused = f"127.0.0.1:{closed_port()}"
+    refused = f"127.0.0.1:{free_port()}"
     failing = await serve(status=500, body="boom")
     invalid = await serve(body=reply(authorizations=[authorization(".*", [".*"], ["admin"])]))
     with pytest.raises(AuthError) as raised:
@@ -447,7 +441,7 @@ async def test_a_given_session_is_used_and_left_open(serve: Callable[..., Awaita
 
 
 async def test_an_own_session_is_opened_lazily_and_closed() -> None:
-    client = AuthClient([f"127.0.0.1:{closed_port()}"])
+    client = AuthClient([f"127.0.0.1:{free_port()}"])
     with pytest.raises(AuthError):
         await client.query("1.2.3.4", False, "s", "")
     await client.close()

@@ -14,7 +14,7 @@ from services.lookupd.options import Options as LookupdOptions
 from services.nsqd import tls as nsqd_tls
 from services.nsqd.options import Options as NSQDOptions
 from shared.tls import TLSConfigError, client_context, server_context
-from tests.tool_flags import parsed, refused
+from tests.unit.tool_flags import parsed, refused
 
 lookupd_options = partial(parsed, LookupdOptions)
 lookupd_refuses = partial(refused, LookupdOptions)

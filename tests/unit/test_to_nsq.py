@@ -12,7 +12,7 @@ import pytest
 from apps.client_options import producer_settings
 from apps.to_nsq import Options, RecordSplitter, StdinReader, Throttle
 from shared.flags import FlagError
-from tests.tool_flags import parsed, refused
+from tests.unit.tool_flags import parsed, refused
 
 # -- record splitting --------------------------------------------------------------------------------------
 

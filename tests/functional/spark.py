@@ -1,5 +1,6 @@
-"""One local Spark session for every test that needs one (starting a JVM costs seconds), with the ``nsq`` data
-source registered. Spark's Python workers run this interpreter, so they import the project as the tests do."""
+"""Spark for the pipeline's tests: one local Spark session for every test that needs one (starting a JVM costs
+seconds), with the ``nsq`` data source registered, and a standalone cluster (harness.spark_cluster) for a test
+module. Spark's Python workers run this interpreter, so they import the project as the tests do."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.processes import ROOT
+from harness.processes import ROOT
+from harness.spark_cluster import SparkCluster
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,3 +37,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    pytest.importorskip("pyspark")
+    cluster = SparkCluster(Path(tmp_path_factory.mktemp("spark-cluster")))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

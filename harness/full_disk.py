@@ -31,10 +31,9 @@ from typing import Protocol
 
 import aiohttp
 
+from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd, wait_for_async
+from harness.wire import WireClient
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, encode_command, encode_mpub
-from tests.conftest import FAST_SCAN
-from tests.processes import NSQDProcess, start_nsqd, wait_for_async
-from tests.wire import WireClient
 
 DISK_MB = 6
 BODY_SIZE = 1024

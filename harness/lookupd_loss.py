@@ -43,11 +43,10 @@ from pathlib import Path
 
 from aiohttp import ClientSession, ClientTimeout
 
+from harness.partitions import Tally, nsqd_keys
+from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for, wait_for_async
 from shared.client import Consumer, Message, NSQError, Producer
 from shared.client.lookupd import lookup_topic
-from tests.conftest import FAST_SCAN
-from tests.partitions import Tally, nsqd_keys
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for, wait_for_async
 
 TOPIC = "t"
 CHANNELS = ("c", "d")  # consumed all along; created on every nsqd before the first message

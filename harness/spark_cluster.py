@@ -9,14 +9,12 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-import pytest
-
-from tests.processes import ROOT, wait_for
+from harness.processes import ROOT, wait_for
 
 BIN = Path(sys.executable).parent
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
@@ -89,14 +87,3 @@ class SparkCluster:
 
         return wait_for(started, timeout, lambda: f"the Spark cluster started; the log ends\n{log_end()}\n",
                         interval=0.2)
-
-
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    pytest.importorskip("pyspark")
-    cluster = SparkCluster(Path(tmp_path_factory.mktemp("spark-cluster")))
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()

@@ -21,10 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.processes import FAST_SCAN, start_nsqd
+from harness.wire import WireClient
 from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
-from tests.conftest import FAST_SCAN
-from tests.processes import start_nsqd
-from tests.wire import WireClient
 
 MESSAGES_PER_TOPIC = 5  # a new topic every 5 messages: nsqd.dat is rewritten all along
 WORK = "work"

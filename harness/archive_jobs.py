@@ -1,5 +1,5 @@
 """Archive jobs as real processes for tests, each with its JVM in a process group of its own (so that a kill takes
-both): ``Driver`` runs ``nsq_to_parquet``, ``BatchJob`` runs ``tests.batch_archive_job`` (the batch reader's
+both): ``Driver`` runs ``nsq_to_parquet``, ``BatchJob`` runs ``harness.batch_archive_job`` (the batch reader's
 ``drain`` into Parquet)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.processes import ROOT, NSQDProcess, free_port
+from harness.processes import ROOT, NSQDProcess, free_port
 
 # the columns of an archive, for reading one before anything committed (there is nothing to infer them from)
 ARCHIVE_SCHEMA = ("message_id string, body binary, timestamp timestamp, attempts int, nsqd_address string, "
@@ -63,14 +63,14 @@ class Driver:
 
 
 class BatchJob:
-    """``tests.batch_archive_job`` draining ``topic`` (found through ``lookupd``) into ``output``; ``args`` are its
+    """``harness.batch_archive_job`` draining ``topic`` (found through ``lookupd``) into ``output``; ``args`` are its
     further flags."""
 
     def __init__(self, lookupd: NSQDProcess, topic: str, output: Path, log_path: Path, *args: str) -> None:
         self.log_path = log_path
         with log_path.open("a") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.batch_archive_job", f"--topic={topic}",
+                [sys.executable, "-m", "harness.batch_archive_job", f"--topic={topic}",
                  f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}", f"--output-dir={output}", *args],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "PYSPARK_PYTHON": sys.executable})

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import nsq  # type: ignore[import-untyped]  # pynsq 0.9.1: no stubs or py.typed
 import tornado.ioloop
 
-from tests.processes import wait_for
+from harness.processes import wait_for
 
 T = TypeVar("T")
 

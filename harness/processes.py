@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 _LISTENING = re.compile(r"(TCP|HTTP): listening on (\S+):(\d+)")
 T = TypeVar("T")
 Description = str | Callable[[], str]  # what wait_for waits for, or how to say it at the timeout
+
+# small scan intervals so that timeouts and deferrals fire promptly (the nsqd_factory fixture starts nsqd with them)
+FAST_SCAN = ("--queue-scan-interval=20ms", "--queue-scan-refresh-interval=50ms")
 
 
 class Service:
@@ -38,6 +41,15 @@ class Service:
     def tcp_address(self) -> tuple[str, int]:
         return (self.host, self.tcp_port)
 
+    @property
+    def tcp_address_text(self) -> str:
+        """``host:port`` of the TCP listener, as clients and the tools' flags take it."""
+        return f"{self.host}:{self.tcp_port}"
+
+    @property
+    def http_address_text(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
     def http_url(self, path: str) -> str:
         return f"http://{self.host}:{self.http_port}{path}"
 
@@ -50,6 +62,18 @@ class Service:
                 return response.status, dict(response.headers), response.read()
         except urllib.error.HTTPError as error:
             return error.code, dict(error.headers), error.read()
+
+    def publish(self, topic: str, *bodies: bytes) -> None:
+        """Each body in a ``/pub`` of its own, each answered 200 OK."""
+        for body in bodies:
+            status, _, reply = self.http("POST", f"/pub?topic={topic}", body)
+            assert (status, reply) == (200, b"OK")
+
+    def multi_publish(self, topic: str, bodies: Sequence[bytes], batch: int = 5000) -> None:
+        """``bodies`` in order, ``batch`` of them per ``/mpub``, each answered 200 OK."""
+        for first in range(0, len(bodies), batch):
+            status, _, reply = self.http("POST", f"/mpub?topic={topic}", b"\n".join(bodies[first:first + batch]))
+            assert (status, reply) == (200, b"OK")
 
     def channel_stats(self, topic: str, channel: str) -> dict[str, Any]:
         """The channel's entry in nsqd's /stats, or {} while it does not exist."""
@@ -122,8 +146,13 @@ class ToolProcess:
             raise AssertionError(f"{self.module} did not stop on {sig}:\n{self.log}") from None
 
 
+def nsqd_tcp_flag(nsqd: Service) -> str:
+    """The flag that points a tool at ``nsqd``: ``--nsqd-tcp-address=host:port``."""
+    return f"--nsqd-tcp-address={nsqd.tcp_address_text}"
+
+
 def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
+    """A port nothing listens on (bound, then released): free to listen on, and refusing connections until then."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -185,7 +214,7 @@ def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15,
     """``nsqd`` on ``host`` with ports chosen by the kernel; ``args`` are extra flags. Without ``data_path`` its
     data goes to a directory of its own, removed when it stops. ``program`` runs another nsqd that takes NSQ's
     flags (NSQ's own binary, for the benchmark's comparison) instead of this project's, or this one another way
-    (in a network namespace, tests.netns, listening on that namespace's ``host``)."""
+    (in a network namespace, harness.netns, listening on that namespace's ``host``)."""
     scratch = Path(tempfile.mkdtemp(prefix="nsqd-")) if data_path is None else None
     try:
         started = _start("services.nsqd", [*_tcp_and_http(host), *args, f"--data-path={data_path or scratch}"],

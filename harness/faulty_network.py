@@ -35,11 +35,11 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from harness.fault_proxy import FaultProxy, Faults, Side
+from harness.processes import Service
+from harness.wire import WireClient
 from shared.client import Config, NSQError, NSQProtocolError, Producer
 from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
-from tests.fault_proxy import FaultProxy, Faults, Side
-from tests.processes import Service
-from tests.wire import WireClient
 
 TOPIC, CHANNEL, CONTROL_TOPIC = "f", "c", "control"
 BODY_SIZE = 100

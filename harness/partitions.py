@@ -1,4 +1,4 @@
-"""Partitions, for real: nsqd and lookupd each in a network namespace of its own (tests.netns), the link between
+"""Partitions, for real: nsqd and lookupd each in a network namespace of its own (harness.netns), the link between
 them cut with iptables while the producers and consumers, in the root namespace, go on using nsqd. The scenario is
 shared by tests/functional/test_partitions.py (one round) and bench/partitions.py (many).
 
@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.netns import ROOT, Network
+from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for_async
+from harness.wire import WireClient
 from services.nsqd.lookup_peer import MAX_RECONNECT_DELAY
 from shared.client import Consumer, Message, NSQError, Producer
-from tests.conftest import FAST_SCAN
-from tests.netns import ROOT, Network
-from tests.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for_async
-from tests.wire import WireClient
 
 # longer than nsqd's ping interval (15 s), or lookupd would drop an nsqd that is fine
 INACTIVE_PRODUCER_TIMEOUT = 20.0
@@ -46,14 +45,6 @@ class Cluster:
     net: Network
     nsqd: NSQDProcess
     lookupd: NSQDProcess
-
-    @property
-    def nsqd_tcp_address(self) -> str:
-        return f"{self.nsqd.host}:{self.nsqd.tcp_port}"
-
-    @property
-    def lookupd_http_address(self) -> str:
-        return f"{self.lookupd.host}:{self.lookupd.http_port}"
 
     def cut(self) -> None:
         self.net.cut("nsqd", "lookupd")
@@ -143,9 +134,10 @@ class Traffic:
     def __init__(self, cluster: Cluster, interval: float = 0.01) -> None:
         self.cluster, self.interval = cluster, interval
         self.tally = Tally()
-        self._producer = Producer(cluster.nsqd_tcp_address)
-        self._consumer = Consumer(TOPIC, CHANNEL, self._handle, lookupd_http_addresses=[cluster.lookupd_http_address],
-                                  max_in_flight=50, lookupd_poll_interval=0.5)
+        self._producer = Producer(cluster.nsqd.tcp_address_text)
+        self._consumer = Consumer(TOPIC, CHANNEL, self._handle,
+                                  lookupd_http_addresses=[cluster.lookupd.http_address_text], max_in_flight=50,
+                                  lookupd_poll_interval=0.5)
         self._publishing: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

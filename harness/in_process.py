@@ -2,7 +2,7 @@
 none of that and costs more to start than most such tests take. It runs on a thread with its own event loop
 (uvloop when installed, as the program's), so that a test can call it from blocking code and from its own event
 loop alike. Tests of what the program does as a process (signals, exit codes, flags, logs, restarts) start it with
-``tests.processes.start_nsqd``."""
+``harness.processes.start_nsqd``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import asyncio
 import threading
 from pathlib import Path
 
+from harness.processes import Service
 from services.nsqd.nsqd import NSQD
 from services.nsqd.options import Options
 from shared.event_loop import new_event_loop
 from shared.flags import parse_command_line
-from tests.processes import Service
 
 _TIMEOUT = 15.0  # for start and stop, as start_nsqd allows
 

@@ -1,7 +1,7 @@
 """A batch archive as a user's own job builds it on the ``nsq`` batch reader: ``drain`` the channel, each batch
 through ``for_archive`` and appended to Parquet, FIN'd after the write. Run by tests as a process of its own:
 
-    python -m tests.batch_archive_job --topic=T --lookupd-http-address=H:P --output-dir=DIR [--die-after-writes=N]
+    python -m harness.batch_archive_job --topic=T --lookupd-http-address=H:P --output-dir=DIR [--die-after-writes=N]
 
 ``--die-after-writes=N``: after the Nth batch is written, and before it is FIN'd, the job kills its own process
 group (itself and its JVM) with SIGKILL: a crash at the one point where the archive gets a batch twice.
