@@ -28,7 +28,7 @@ from shared.addresses import join_host_port
 from shared.auth_reply import AuthError, AuthState
 from shared.protocol.compression import Codec, CompressionError, DeflateCodec, SnappyCodec
 from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
-from shared.protocol.frames import CLOSE_WAIT, HEARTBEAT, OK
+from shared.protocol.frames import CLOSE_WAIT, OK
 from shared.protocol.session_v2 import (Auth, Close, CreateTopic, Finish, Identify, Limits, Publish, Ready,
                                         Reauthorize, Request, Requeue, SessionV2, Subscribe, Touch)
 
@@ -36,6 +36,7 @@ from . import identify
 from .auth import auth_response
 from .channel import Channel, ChannelError
 from .client import Client, ClientDefaults, EndOfTurnFlush
+from .heartbeat import Heartbeats
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
@@ -87,10 +88,8 @@ class ConnectionV2(asyncio.Protocol):
         self.session = SessionV2(context.limits)
         self.client: Client
         self.transport: asyncio.Transport
+        self.heartbeats: Heartbeats
         self._loop = asyncio.get_running_loop()
-        self._last_read = self._loop.time()
-        self._heartbeat_timer: asyncio.TimerHandle | None = None
-        self._deadline_timer: asyncio.TimerHandle | None = None
         # set by FIN and REQ; the channel refills the client's window once per batch of received bytes
         self._window_changed = False
         self._inflate: Codec | None = None
@@ -109,12 +108,13 @@ class ConnectionV2(asyncio.Protocol):
         self.client = Client(self.broker.connected(self), self.transport, remote, self.context.flush.request,
                              self.close, self.context.client_defaults, self.session)
         log.info("TCP: new client(%s)", remote)
-        self._start_timers()
+        self.heartbeats = Heartbeats(self._loop, self.client)
+        self.heartbeats.start()
 
     def connection_lost(self, exc: Exception | None) -> None:
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.client)
         self.session.disconnected()
-        self._stop_timers()
+        self.heartbeats.stop()
         if self._wait is not None:
             self._wait.cancel()
         self.client.disconnected()
@@ -156,7 +156,7 @@ class ConnectionV2(asyncio.Protocol):
     # -- bytes in --------------------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        self._last_read = self._loop.time()
+        self.heartbeats.last_read = self._loop.time()
         self.context.busy_poll.activity()
         if self._inflate is None:
             self._run(self.session.receive(data))
@@ -279,36 +279,6 @@ class ConnectionV2(asyncio.Protocol):
         self.session.authenticated(state)
         return state
 
-    # -- heartbeats and the read deadline --------------------------------------------------------------------
-
-    def _start_timers(self) -> None:
-        interval = self.client.heartbeat_interval
-        if interval > 0:
-            self._heartbeat_timer = self._loop.call_later(interval, self._heartbeat)
-            self._deadline_timer = self._loop.call_at(self._last_read + 2 * interval, self._check_deadline)
-
-    def _stop_timers(self) -> None:
-        for timer in (self._heartbeat_timer, self._deadline_timer):
-            if timer is not None:
-                timer.cancel()
-        self._heartbeat_timer = self._deadline_timer = None
-
-    def _heartbeat(self) -> None:
-        self.client.queue_response(HEARTBEAT)
-        self.client.flush()
-        self._heartbeat_timer = self._loop.call_later(self.client.heartbeat_interval, self._heartbeat)
-
-    def _check_deadline(self) -> None:
-        """A client silent for two heartbeat intervals is gone (NSQ's read deadline)."""
-        deadline = self._last_read + 2 * self.client.heartbeat_interval
-        if self._loop.time() >= deadline:
-            log.error("[%s] - read timeout after %.1fs without a command", self.client,
-                      2 * self.client.heartbeat_interval)
-            self._stop_timers()
-            self.close()
-        else:
-            self._deadline_timer = self._loop.call_at(deadline, self._check_deadline)
-
     # -- upgrades --------------------------------------------------------------------------------------------
 
     async def _start_tls(self, identity: identify.Identity) -> None:
@@ -349,8 +319,7 @@ class ConnectionV2(asyncio.Protocol):
         identity = identify.negotiate(request.body, context.opts, client, context.tls_context is not None)
         client.identify(identity)
         self.session.identified(identity.heartbeat_interval)
-        self._stop_timers()
-        self._start_timers()
+        self.heartbeats.restart()
         if not identity.feature_negotiation:
             return OK
         reply = identify.response(identity, context.opts, auth_required=context.auth_client is not None)
