@@ -25,21 +25,21 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Protocol, cast
 
 from shared.addresses import join_host_port
-from shared.auth_reply import AuthError, AuthState
 from shared.protocol.compression import Codec, CompressionError, DeflateCodec, SnappyCodec
 from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
 from shared.protocol.frames import CLOSE_WAIT, OK
 from shared.protocol.session_v2 import (Auth, Close, CreateTopic, Finish, Identify, Limits, Publish, Ready,
                                         Reauthorize, Request, Requeue, SessionV2, Subscribe, Touch)
 
-from . import identify
-from .auth import auth_response
+from . import auth, identify
 from .channel import Channel, ChannelError
 from .client import Client, ClientDefaults, EndOfTurnFlush
 from .heartbeat import Heartbeats
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
+    from shared.auth_reply import AuthState
+
     from .auth_client import AuthClient
     from .busy_poll import BusyPoll
     from .options import Options
@@ -266,16 +266,9 @@ class ConnectionV2(asyncio.Protocol):
     # -- AUTH ------------------------------------------------------------------------------------------------
 
     async def _query_auth(self, secret: str) -> AuthState:
-        client, auth = self.client, self.context.auth_client
-        assert auth is not None
-        try:
-            state = await auth.query(client.remote_address.rsplit(":", 1)[0].strip("[]"), client.tls is not None,
-                                     secret, _common_name(client.tls))
-        except AuthError as error:
-            # the reason may hold what the auth server said: logged, never sent to the client
-            log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client, error)
-            raise FatalClientError("E_AUTH_FAILED", "AUTH failed") from None
-        client.authenticated(state, secret)
+        auth_client = self.context.auth_client
+        assert auth_client is not None
+        state = await auth.query(auth_client, self.client, secret)
         self.session.authenticated(state)
         return state
 
@@ -339,10 +332,10 @@ class ConnectionV2(asyncio.Protocol):
         return None
 
     async def _authenticate(self, request: Auth) -> bytes:
-        auth = await self._query_auth(request.secret.decode("utf-8", "surrogateescape"))
-        if not auth.authorizations:
+        state = await self._query_auth(request.secret.decode("utf-8", "surrogateescape"))
+        if not state.authorizations:
             raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
-        return auth_response(auth)
+        return auth.auth_response(state)
 
     async def _reauthorize(self, request: Reauthorize) -> None:
         """Authorizations past their TTL are asked for again with the same secret before the command runs."""
@@ -405,13 +398,6 @@ class ConnectionV2(asyncio.Protocol):
 
 # how much a consumer whose socket does not drain may have waiting to be written before nsqd stops reading it
 _UNREAD_REPLIES_LIMIT = 4 * 1024 * 1024
-
-
-def _common_name(tls: ssl.SSLObject | None) -> str:
-    """The CN of a verified client certificate, which nsqd passes to the auth server."""
-    certificate = tls.getpeercert() if tls is not None else None
-    subject: tuple[tuple[tuple[str, str], ...], ...] = (certificate or {}).get("subject", ())  # type: ignore[assignment]
-    return next((value for entry in subject for key, value in entry if key == "commonName"), "")
 
 
 def _text(raw: bytes) -> str:
