@@ -5,9 +5,8 @@ parses them and checks every command against NSQ's rules, and acts on the reques
 written once the received bytes are processed. What it needs of nsqd is a ``Broker`` (topics, and being told of
 connections) and the ``ListenerContext`` every connection of the TCP listener shares.
 
-After an IDENTIFY that negotiated them, the connection upgrades in NSQ's order, each step confirmed by an ``OK``:
-TLS (``loop.start_tls`` on the same transport), then snappy or deflate (a codec that ``data_received`` inflates
-through and ``Client.flush`` compresses through).
+After an IDENTIFY that negotiated them, ``upgrade`` switches the connection to TLS, then to snappy or deflate: from
+then on ``data_received`` inflates what it reads through the codec (``inflate_with``).
 
 A request that cannot be answered at once (AUTH, a command on a topic not started yet, the TLS handshake) makes the
 session wait (``SessionV2.wait``): reading pauses, nothing after it is checked or run, and what was already read
@@ -25,13 +24,13 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Protocol, cast
 
 from shared.addresses import join_host_port
-from shared.protocol.compression import Codec, CompressionError, DeflateCodec, SnappyCodec
+from shared.protocol.compression import Codec, CompressionError
 from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
 from shared.protocol.frames import CLOSE_WAIT, OK
 from shared.protocol.session_v2 import (Auth, Close, CreateTopic, Finish, Identify, Limits, Publish, Ready,
                                         Reauthorize, Request, Requeue, SessionV2, Subscribe, Touch)
 
-from . import auth, identify
+from . import auth, identify, upgrade
 from .channel import Channel, ChannelError
 from .client import Client, ClientDefaults, EndOfTurnFlush
 from .heartbeat import Heartbeats
@@ -182,6 +181,12 @@ class ConnectionV2(asyncio.Protocol):
             log.error("[%s] - %s", self.client, error)
             self.close()
 
+    def inflate_with(self, codec: Codec) -> None:
+        """What is received is compressed from here on, and so is what the session held since the IDENTIFY."""
+        self._inflate = codec
+        if held := self.session.take_held():
+            self._inflating = codec.decompress(held)
+
     def _run(self, requests: Iterator[Request]) -> None:
         """Acts on requests in order until one has to wait (the session then holds the rest back)."""
         client = self.client
@@ -195,7 +200,7 @@ class ConnectionV2(asyncio.Protocol):
                 if reply is None:
                     continue
                 if reply.__class__ is not bytes:  # it waits for something (the auth server, a topic's start)
-                    self._wait_for(self._answer_when_done(cast(Awaitable[bytes | None], reply)))
+                    self.wait_for(self._answer_when_done(cast(Awaitable[bytes | None], reply)))
                     return
                 client.queue_response(reply)
         except ProtocolError as error:
@@ -218,7 +223,7 @@ class ConnectionV2(asyncio.Protocol):
         log.error("[%s] - %s", self.client, error)
         self.client.queue_error(error.frame_text)
 
-    def _wait_for(self, work: Awaitable[None]) -> None:
+    def wait_for(self, work: Awaitable[None]) -> None:
         """Nothing more is read, checked or run until ``work`` is done, and then what was read meanwhile runs."""
         self.session.wait()
         self.client.flush()
@@ -272,39 +277,6 @@ class ConnectionV2(asyncio.Protocol):
         self.session.authenticated(state)
         return state
 
-    # -- upgrades --------------------------------------------------------------------------------------------
-
-    async def _start_tls(self, identity: identify.Identity) -> None:
-        """The TLS handshake, OK over TLS, then compression on top if it was negotiated too."""
-        client, context = self.client, self.context.tls_context
-        assert context is not None
-        try:
-            transport = await self._loop.start_tls(self.transport, self, context, server_side=True,
-                                                   ssl_handshake_timeout=5.0)
-        except (OSError, ssl.SSLError, TimeoutError) as error:
-            log.error("[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake - %s", client, error)
-            self.transport.abort()
-            return
-        if transport is None:
-            return
-        self.transport = transport
-        client.upgraded_to_tls(transport)
-        self.session.upgraded_to_tls()
-        client.queue_response(OK)
-        client.flush()
-        self._start_compression(identity)
-
-    def _start_compression(self, identity: identify.Identity) -> None:
-        """Compression from here on; what the client sent after IDENTIFY is compressed already."""
-        if identity.snappy or identity.deflate:
-            codec: Codec = SnappyCodec() if identity.snappy else DeflateCodec(identity.deflate_level)
-            self.client.compress_with(codec)
-            self._inflate = codec
-            self.client.queue_response(OK)
-            self.client.flush()
-            if held := self.session.take_held():
-                self._inflating = codec.decompress(held)
-
     # -- requests (checked by the session: they only act) ------------------------------------------------------
 
     def _identify(self, request: Identify) -> Reply:
@@ -320,15 +292,7 @@ class ConnectionV2(asyncio.Protocol):
             return reply
         client.queue_response(reply)
         client.flush()
-        if identity.tls_v1:
-            # the client's handshake must reach the TLS layer, not the command parser; what came before it is no
-            # TLS record (NSQ drops it too: a client waits for the answer), and what the TLS layer hands over
-            # before the upgrade is done is held until then
-            if early := self.session.drop_held():
-                log.warning("[%s] - %d bytes sent before the TLS handshake ignored", client, early)
-            self._wait_for(self._start_tls(identity))
-        else:
-            self._start_compression(identity)
+        upgrade.start(self, identity)
         return None
 
     async def _authenticate(self, request: Auth) -> bytes:
