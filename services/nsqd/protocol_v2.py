@@ -1,16 +1,20 @@
-"""The asyncio side of protocol V2: one ``ConnectionV2`` per TCP client.
+"""The asyncio side of protocol V2: one ``ConnectionV2`` per TCP client, the loop that moves its bytes.
 
 The connection feeds the bytes it receives to the client's ``SessionV2`` (``shared.protocol.session_v2``), which
-parses them and checks every command against NSQ's rules, and acts on the requests that come out; the replies are
-written once the received bytes are processed. What it needs of nsqd is a ``Broker`` (topics, and being told of
-connections) and the ``ListenerContext`` every connection of the TCP listener shares.
+parses them and checks every command against NSQ's rules, hands each request that comes out to its handler
+(``commands_v2.HANDLERS``) and writes the replies once the received bytes are processed. What it needs of nsqd is a
+``Broker`` (topics, and being told of connections) and the ``ListenerContext`` every connection of the TCP listener
+shares. Besides that loop it owns:
 
-After an IDENTIFY that negotiated them, ``upgrade`` switches the connection to TLS, then to snappy or deflate: from
-then on ``data_received`` inflates what it reads through the codec (``inflate_with``).
+- waiting: a request that cannot be answered at once (AUTH, a command on a topic not started yet, the TLS handshake
+  of an ``upgrade``) makes the session wait (``SessionV2.wait``): reading pauses, nothing after it is checked or
+  run, and what was already read stays in the session (or, compressed, in the codec's iterator) until the wait ends
+  and it runs in order;
+- compressed input, once ``upgrade`` switched to snappy or deflate: inflated piece by piece, each piece run before
+  the next is inflated, so a small input that inflates enormously stops at a wait or when the connection closes;
+- backpressure: while the socket's send buffer is full, what is read from the client is limited.
 
-A request that cannot be answered at once (AUTH, a command on a topic not started yet, the TLS handshake) makes the
-session wait (``SessionV2.wait``): reading pauses, nothing after it is checked or run, and what was already read
-stays in the session (or, compressed, in the codec's iterator) until the wait ends and it runs in order.
+Its ``Heartbeats`` (``heartbeat.py``) send heartbeats and close a client that went silent.
 """
 
 from __future__ import annotations
@@ -21,30 +25,22 @@ import logging
 import ssl
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Protocol, cast
+from typing import TYPE_CHECKING, Awaitable, Iterator, Protocol, cast
 
 from shared.addresses import join_host_port
 from shared.protocol.compression import Codec, CompressionError
-from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
-from shared.protocol.frames import CLOSE_WAIT, OK
-from shared.protocol.session_v2 import (Auth, Close, CreateTopic, Finish, Identify, Limits, Publish, Ready,
-                                        Reauthorize, Request, Requeue, SessionV2, Subscribe, Touch)
+from shared.protocol.errors import ClientError, ProtocolError
+from shared.protocol.session_v2 import Limits, Request, SessionV2
 
-from . import auth, identify, upgrade
-from .channel import Channel, ChannelError
 from .client import Client, ClientDefaults, EndOfTurnFlush
+from .commands_v2 import HANDLERS
 from .heartbeat import Heartbeats
-from .topic import Topic, TopicError
+from .topic import Topic
 
 if TYPE_CHECKING:
-    from shared.auth_reply import AuthState
-
     from .auth_client import AuthClient
     from .busy_poll import BusyPoll
     from .options import Options
-
-# a request's answer: now, none, or once what it waits for is done (the connection reads on after it)
-Reply = bytes | None | Awaitable[bytes | None]
 
 log = logging.getLogger("nsqd")
 
@@ -81,6 +77,10 @@ class ListenerContext:
 
 
 class ConnectionV2(asyncio.Protocol):
+    """One client's TCP connection. Besides the ``asyncio.Protocol`` callbacks, it offers the handlers of
+    ``commands_v2`` and ``upgrade`` ``answer_error``, ``window_changed``, ``wait_for``, ``heartbeats``,
+    ``inflate_with`` and the ``transport`` a TLS upgrade replaces."""
+
     def __init__(self, broker: Broker, context: ListenerContext) -> None:
         self.broker = broker
         self.context = context
@@ -90,7 +90,7 @@ class ConnectionV2(asyncio.Protocol):
         self.heartbeats: Heartbeats
         self._loop = asyncio.get_running_loop()
         # set by FIN and REQ; the channel refills the client's window once per batch of received bytes
-        self._window_changed = False
+        self.window_changed = False
         self._inflate: Codec | None = None
         # compressed input read and not yet inflated: a request waits, and a small input may inflate enormously
         self._inflating: Iterator[bytes] | None = None
@@ -193,9 +193,9 @@ class ConnectionV2(asyncio.Protocol):
         try:
             for request in requests:
                 try:
-                    reply = _HANDLERS[request.__class__](self, request)
+                    reply = HANDLERS[request.__class__](self, request)
                 except ClientError as error:
-                    self._answer_error(error)
+                    self.answer_error(error)
                     continue
                 if reply is None:
                     continue
@@ -204,7 +204,7 @@ class ConnectionV2(asyncio.Protocol):
                     return
                 client.queue_response(reply)
         except ProtocolError as error:
-            self._answer_error(error)
+            self.answer_error(error)
             self.close()
             return
         except Exception:
@@ -212,14 +212,14 @@ class ConnectionV2(asyncio.Protocol):
             log.exception("[%s] - failed to process a command", client)
             self.close()
             return
-        if self._window_changed:
-            self._window_changed = False
+        if self.window_changed:
+            self.window_changed = False
             client.update_ready()
         client.flush()
         if client.write_paused:
             self._limit_unread_replies()
 
-    def _answer_error(self, error: ProtocolError) -> None:
+    def answer_error(self, error: ProtocolError) -> None:
         log.error("[%s] - %s", self.client, error)
         self.client.queue_error(error.frame_text)
 
@@ -262,122 +262,12 @@ class ConnectionV2(asyncio.Protocol):
         try:
             reply = await work
         except ProtocolError as error:
-            self._answer_error(error)
+            self.answer_error(error)
             self.close()
             return
         if reply is not None:
             self.client.queue_response(reply)
 
-    # -- AUTH ------------------------------------------------------------------------------------------------
-
-    async def _query_auth(self, secret: str) -> AuthState:
-        auth_client = self.context.auth_client
-        assert auth_client is not None
-        state = await auth.query(auth_client, self.client, secret)
-        self.session.authenticated(state)
-        return state
-
-    # -- requests (checked by the session: they only act) ------------------------------------------------------
-
-    def _identify(self, request: Identify) -> Reply:
-        client, context = self.client, self.context
-        identity = identify.negotiate(request.body, context.opts, client, context.tls_context is not None)
-        client.identify(identity)
-        self.session.identified(identity.heartbeat_interval)
-        self.heartbeats.restart()
-        if not identity.feature_negotiation:
-            return OK
-        reply = identify.response(identity, context.opts, auth_required=context.auth_client is not None)
-        if not (identity.tls_v1 or identity.snappy or identity.deflate):
-            return reply
-        client.queue_response(reply)
-        client.flush()
-        upgrade.start(self, identity)
-        return None
-
-    async def _authenticate(self, request: Auth) -> bytes:
-        state = await self._query_auth(request.secret.decode("utf-8", "surrogateescape"))
-        if not state.authorizations:
-            raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
-        return auth.auth_response(state)
-
-    async def _reauthorize(self, request: Reauthorize) -> None:
-        """Authorizations past their TTL are asked for again with the same secret before the command runs."""
-        await self._query_auth(self.client.auth_secret)
-
-    def _subscribe(self, request: Subscribe) -> Reply:
-        topic = self.broker.get_topic(request.topic)
-        try:
-            self.client.subscribe(topic.get_channel(request.channel))
-        except ChannelError as error:
-            raise FatalClientError("E_SUB_FAILED", f"SUB failed {error}") from None
-        return topic.when_started(OK)
-
-    def _ready(self, request: Ready) -> None:
-        self.client.set_ready(request.ready_count)
-
-    def _finish(self, request: Finish) -> None:
-        client = self.client
-        finish = self._channel().finish
-        self._window_changed = True
-        for msg_id in request.ids:
-            try:
-                finish(client, msg_id)
-            except ChannelError as error:
-                self._answer_error(ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {error}"))
-
-    def _requeue(self, request: Requeue) -> None:
-        try:
-            self._channel().requeue(self.client, request.id, request.delay_ms / 1000)
-        except ChannelError as error:
-            raise ClientError("E_REQ_FAILED", f"REQ {_text(request.id)} failed {error}") from None
-        self._window_changed = True
-
-    def _touch(self, request: Touch) -> None:
-        try:
-            self._channel().touch(self.client, request.id)
-        except ChannelError as error:
-            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_text(request.id)} failed {error}") from None
-
-    def _close_subscription(self, request: Close) -> bytes:
-        self.client.start_close()
-        return CLOSE_WAIT
-
-    def _publish(self, request: Publish) -> Reply:
-        topic = self.broker.get_topic(request.topic)
-        try:
-            topic.publish(request.bodies, request.defer_ms)
-        except TopicError as error:
-            raise FatalClientError(f"E_{request.command}_FAILED", f"{request.command} failed {error}") from None
-        self.client.published(request.topic, len(request.bodies))
-        return topic.when_started(OK)
-
-    def _create_topic(self, request: CreateTopic) -> None:
-        self.broker.get_topic(request.topic)
-
-    def _channel(self) -> Channel:
-        assert self.client.channel is not None
-        return self.client.channel
-
 
 # how much a consumer whose socket does not drain may have waiting to be written before nsqd stops reading it
 _UNREAD_REPLIES_LIMIT = 4 * 1024 * 1024
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")
-
-
-_HANDLERS: dict[type, Callable[[ConnectionV2, Any], Reply]] = {
-    Publish: ConnectionV2._publish,
-    Finish: ConnectionV2._finish,
-    Ready: ConnectionV2._ready,
-    Requeue: ConnectionV2._requeue,
-    Touch: ConnectionV2._touch,
-    Subscribe: ConnectionV2._subscribe,
-    Close: ConnectionV2._close_subscription,
-    Identify: ConnectionV2._identify,
-    Auth: ConnectionV2._authenticate,
-    Reauthorize: ConnectionV2._reauthorize,
-    CreateTopic: ConnectionV2._create_topic,
-}
