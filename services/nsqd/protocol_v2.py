@@ -223,6 +223,8 @@ class ConnectionV2(asyncio.Protocol):
         log.error("[%s] - %s", self.client, error)
         self.client.queue_error(error.frame_text)
 
+    # -- waiting ---------------------------------------------------------------------------------------------
+
     def wait_for(self, work: Awaitable[None]) -> None:
         """Nothing more is read, checked or run until ``work`` is done, and then what was read meanwhile runs."""
         self.session.wait()
