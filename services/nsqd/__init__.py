@@ -4,13 +4,14 @@ The path of a message, module by module:
 
 - ``protocol_v2.ConnectionV2.data_received`` hands the bytes to the client's ``SessionV2.receive``
   (``shared/protocol/session_v2.py``): the parser cuts ``PUB <topic>\\n[size][body]`` out of them and the session
-  checks it against NSQ's rules, yielding ``Publish("PUB", topic, [body], 0)``. The connection asks the broker
-  (``NSQD.get_topic``) for the topic and calls ``Topic.publish``; the ``OK`` is buffered and written once the bytes
-  received are processed (``Client.flush``).
+  checks it against NSQ's rules, yielding ``Publish("PUB", topic, [body], 0)``. Its handler, ``commands_v2.publish``,
+  asks the broker (``NSQD.get_topic``) for the topic and calls ``Topic.publish``; the ``OK`` is buffered and written
+  once the bytes received are processed (``Client.flush``).
 - ``Topic.publish`` gives the message an ID and makes it a ``QueuedMessage`` tuple (id, body, timestamp,
   attempts 0; read by the named positions ``message.ID``, ``BODY``, ...). With channels, ``Topic._distribute``
-  hands that one tuple to every ``Channel.publish``; without (or paused) ``Topic._hold`` keeps it in the topic's queue until a channel
-  exists, and ``Topic._pump_backlog`` then hands it over (``Channel.put_new``, ``Channel.put_from_disk``).
+  hands that one tuple to every ``Channel.publish``; without (or paused) ``Topic._hold`` keeps it in the topic's
+  queue until a channel exists, and ``Topic._pump_backlog`` then hands it over (``Channel.put_new``,
+  ``Channel.put_from_disk``).
 - ``Channel.publish`` gives it to its ``MessageQueue`` (``accept``) with ``Channel._deliver_now`` as the consumers'
   share: a memory-first queue lets a consumer with room take it at once (``Channel._deliver``: an
   ``InFlightMessage`` with its deadline, pushed on the in-flight queue, framed into the client's output buffer by

@@ -1,17 +1,20 @@
-"""The asyncio side of protocol V2: one ``ConnectionV2`` per TCP client.
+"""The asyncio side of protocol V2: one ``ConnectionV2`` per TCP client, the loop that moves its bytes.
 
 The connection feeds the bytes it receives to the client's ``SessionV2`` (``shared.protocol.session_v2``), which
-parses them and checks every command against NSQ's rules, and acts on the requests that come out; the replies are
-written once the received bytes are processed. What it needs of nsqd is a ``Broker`` (topics, and being told of
-connections) and the ``ListenerContext`` every connection of the TCP listener shares.
+parses them and checks every command against NSQ's rules, hands each request that comes out to its handler
+(``commands_v2.HANDLERS``) and writes the replies once the received bytes are processed. What it needs of nsqd is a
+``Broker`` (topics, and being told of connections) and the ``ListenerContext`` every connection of the TCP listener
+shares. Besides that loop it owns:
 
-After an IDENTIFY that negotiated them, the connection upgrades in NSQ's order, each step confirmed by an ``OK``:
-TLS (``loop.start_tls`` on the same transport), then snappy or deflate (a codec that ``data_received`` inflates
-through and ``Client.flush`` compresses through).
+- waiting: a request that cannot be answered at once (AUTH, a command on a topic not started yet, the TLS handshake
+  of an ``upgrade``) makes the session wait (``SessionV2.wait``): reading pauses, nothing after it is checked or
+  run, and what was already read stays in the session (or, compressed, in the codec's iterator) until the wait ends
+  and it runs in order;
+- compressed input, once ``upgrade`` switched to snappy or deflate: inflated piece by piece, each piece run before
+  the next is inflated, so a small input that inflates enormously stops at a wait or when the connection closes;
+- backpressure: while the socket's send buffer is full, what is read from the client is limited.
 
-A request that cannot be answered at once (AUTH, a command on a topic not started yet, the TLS handshake) makes the
-session wait (``SessionV2.wait``): reading pauses, nothing after it is checked or run, and what was already read
-stays in the session (or, compressed, in the codec's iterator) until the wait ends and it runs in order.
+Its ``Heartbeats`` (``heartbeat.py``) send heartbeats and close a client that went silent.
 """
 
 from __future__ import annotations
@@ -22,29 +25,22 @@ import logging
 import ssl
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Protocol, cast
+from typing import TYPE_CHECKING, Awaitable, Iterator, Protocol, cast
 
 from shared.addresses import join_host_port
-from shared.auth_reply import AuthError, AuthState
-from shared.protocol.compression import Codec, CompressionError, DeflateCodec, SnappyCodec
-from shared.protocol.errors import ClientError, FatalClientError, ProtocolError
-from shared.protocol.frames import CLOSE_WAIT, HEARTBEAT, OK
-from shared.protocol.session_v2 import (Auth, Close, CreateTopic, Finish, Identify, Limits, Publish, Ready,
-                                        Reauthorize, Request, Requeue, SessionV2, Subscribe, Touch)
+from shared.protocol.compression import Codec, CompressionError
+from shared.protocol.errors import ClientError, ProtocolError
+from shared.protocol.session_v2 import Limits, Request, SessionV2
 
-from . import identify
-from .auth import auth_response
-from .channel import Channel, ChannelError
 from .client import Client, ClientDefaults, EndOfTurnFlush
-from .topic import Topic, TopicError
+from .commands_v2 import HANDLERS
+from .heartbeat import Heartbeats
+from .topic import Topic
 
 if TYPE_CHECKING:
     from .auth_client import AuthClient
     from .busy_poll import BusyPoll
     from .options import Options
-
-# a request's answer: now, none, or once what it waits for is done (the connection reads on after it)
-Reply = bytes | None | Awaitable[bytes | None]
 
 log = logging.getLogger("nsqd")
 
@@ -81,18 +77,20 @@ class ListenerContext:
 
 
 class ConnectionV2(asyncio.Protocol):
+    """One client's TCP connection. Besides the ``asyncio.Protocol`` callbacks, it offers the handlers of
+    ``commands_v2`` and ``upgrade`` ``answer_error``, ``window_changed``, ``wait_for``, ``heartbeats``,
+    ``inflate_with`` and the ``transport`` a TLS upgrade replaces."""
+
     def __init__(self, broker: Broker, context: ListenerContext) -> None:
         self.broker = broker
         self.context = context
         self.session = SessionV2(context.limits)
         self.client: Client
         self.transport: asyncio.Transport
+        self.heartbeats: Heartbeats
         self._loop = asyncio.get_running_loop()
-        self._last_read = self._loop.time()
-        self._heartbeat_timer: asyncio.TimerHandle | None = None
-        self._deadline_timer: asyncio.TimerHandle | None = None
         # set by FIN and REQ; the channel refills the client's window once per batch of received bytes
-        self._window_changed = False
+        self.window_changed = False
         self._inflate: Codec | None = None
         # compressed input read and not yet inflated: a request waits, and a small input may inflate enormously
         self._inflating: Iterator[bytes] | None = None
@@ -109,12 +107,13 @@ class ConnectionV2(asyncio.Protocol):
         self.client = Client(self.broker.connected(self), self.transport, remote, self.context.flush.request,
                              self.close, self.context.client_defaults, self.session)
         log.info("TCP: new client(%s)", remote)
-        self._start_timers()
+        self.heartbeats = Heartbeats(self._loop, self.client)
+        self.heartbeats.start()
 
     def connection_lost(self, exc: Exception | None) -> None:
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.client)
         self.session.disconnected()
-        self._stop_timers()
+        self.heartbeats.stop()
         if self._wait is not None:
             self._wait.cancel()
         self.client.disconnected()
@@ -156,7 +155,7 @@ class ConnectionV2(asyncio.Protocol):
     # -- bytes in --------------------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        self._last_read = self._loop.time()
+        self.heartbeats.last_read = self._loop.time()
         self.context.busy_poll.activity()
         if self._inflate is None:
             self._run(self.session.receive(data))
@@ -182,24 +181,30 @@ class ConnectionV2(asyncio.Protocol):
             log.error("[%s] - %s", self.client, error)
             self.close()
 
+    def inflate_with(self, codec: Codec) -> None:
+        """What is received is compressed from here on, and so is what the session held since the IDENTIFY."""
+        self._inflate = codec
+        if held := self.session.take_held():
+            self._inflating = codec.decompress(held)
+
     def _run(self, requests: Iterator[Request]) -> None:
         """Acts on requests in order until one has to wait (the session then holds the rest back)."""
         client = self.client
         try:
             for request in requests:
                 try:
-                    reply = _HANDLERS[request.__class__](self, request)
+                    reply = HANDLERS[request.__class__](self, request)
                 except ClientError as error:
-                    self._answer_error(error)
+                    self.answer_error(error)
                     continue
                 if reply is None:
                     continue
                 if reply.__class__ is not bytes:  # it waits for something (the auth server, a topic's start)
-                    self._wait_for(self._answer_when_done(cast(Awaitable[bytes | None], reply)))
+                    self.wait_for(self._answer_when_done(cast(Awaitable[bytes | None], reply)))
                     return
                 client.queue_response(reply)
         except ProtocolError as error:
-            self._answer_error(error)
+            self.answer_error(error)
             self.close()
             return
         except Exception:
@@ -207,18 +212,20 @@ class ConnectionV2(asyncio.Protocol):
             log.exception("[%s] - failed to process a command", client)
             self.close()
             return
-        if self._window_changed:
-            self._window_changed = False
+        if self.window_changed:
+            self.window_changed = False
             client.update_ready()
         client.flush()
         if client.write_paused:
             self._limit_unread_replies()
 
-    def _answer_error(self, error: ProtocolError) -> None:
+    def answer_error(self, error: ProtocolError) -> None:
         log.error("[%s] - %s", self.client, error)
         self.client.queue_error(error.frame_text)
 
-    def _wait_for(self, work: Awaitable[None]) -> None:
+    # -- waiting ---------------------------------------------------------------------------------------------
+
+    def wait_for(self, work: Awaitable[None]) -> None:
         """Nothing more is read, checked or run until ``work`` is done, and then what was read meanwhile runs."""
         self.session.wait()
         self.client.flush()
@@ -257,208 +264,12 @@ class ConnectionV2(asyncio.Protocol):
         try:
             reply = await work
         except ProtocolError as error:
-            self._answer_error(error)
+            self.answer_error(error)
             self.close()
             return
         if reply is not None:
             self.client.queue_response(reply)
 
-    # -- AUTH ------------------------------------------------------------------------------------------------
-
-    async def _query_auth(self, secret: str) -> AuthState:
-        client, auth = self.client, self.context.auth_client
-        assert auth is not None
-        try:
-            state = await auth.query(client.remote_address.rsplit(":", 1)[0].strip("[]"), client.tls is not None,
-                                     secret, _common_name(client.tls))
-        except AuthError as error:
-            # the reason may hold what the auth server said: logged, never sent to the client
-            log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client, error)
-            raise FatalClientError("E_AUTH_FAILED", "AUTH failed") from None
-        client.authenticated(state, secret)
-        self.session.authenticated(state)
-        return state
-
-    # -- heartbeats and the read deadline --------------------------------------------------------------------
-
-    def _start_timers(self) -> None:
-        interval = self.client.heartbeat_interval
-        if interval > 0:
-            self._heartbeat_timer = self._loop.call_later(interval, self._heartbeat)
-            self._deadline_timer = self._loop.call_at(self._last_read + 2 * interval, self._check_deadline)
-
-    def _stop_timers(self) -> None:
-        for timer in (self._heartbeat_timer, self._deadline_timer):
-            if timer is not None:
-                timer.cancel()
-        self._heartbeat_timer = self._deadline_timer = None
-
-    def _heartbeat(self) -> None:
-        self.client.queue_response(HEARTBEAT)
-        self.client.flush()
-        self._heartbeat_timer = self._loop.call_later(self.client.heartbeat_interval, self._heartbeat)
-
-    def _check_deadline(self) -> None:
-        """A client silent for two heartbeat intervals is gone (NSQ's read deadline)."""
-        deadline = self._last_read + 2 * self.client.heartbeat_interval
-        if self._loop.time() >= deadline:
-            log.error("[%s] - read timeout after %.1fs without a command", self.client,
-                      2 * self.client.heartbeat_interval)
-            self._stop_timers()
-            self.close()
-        else:
-            self._deadline_timer = self._loop.call_at(deadline, self._check_deadline)
-
-    # -- upgrades --------------------------------------------------------------------------------------------
-
-    async def _start_tls(self, identity: identify.Identity) -> None:
-        """The TLS handshake, OK over TLS, then compression on top if it was negotiated too."""
-        client, context = self.client, self.context.tls_context
-        assert context is not None
-        try:
-            transport = await self._loop.start_tls(self.transport, self, context, server_side=True,
-                                                   ssl_handshake_timeout=5.0)
-        except (OSError, ssl.SSLError, TimeoutError) as error:
-            log.error("[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake - %s", client, error)
-            self.transport.abort()
-            return
-        if transport is None:
-            return
-        self.transport = transport
-        client.upgraded_to_tls(transport)
-        self.session.upgraded_to_tls()
-        client.queue_response(OK)
-        client.flush()
-        self._start_compression(identity)
-
-    def _start_compression(self, identity: identify.Identity) -> None:
-        """Compression from here on; what the client sent after IDENTIFY is compressed already."""
-        if identity.snappy or identity.deflate:
-            codec: Codec = SnappyCodec() if identity.snappy else DeflateCodec(identity.deflate_level)
-            self.client.compress_with(codec)
-            self._inflate = codec
-            self.client.queue_response(OK)
-            self.client.flush()
-            if held := self.session.take_held():
-                self._inflating = codec.decompress(held)
-
-    # -- requests (checked by the session: they only act) ------------------------------------------------------
-
-    def _identify(self, request: Identify) -> Reply:
-        client, context = self.client, self.context
-        identity = identify.negotiate(request.body, context.opts, client, context.tls_context is not None)
-        client.identify(identity)
-        self.session.identified(identity.heartbeat_interval)
-        self._stop_timers()
-        self._start_timers()
-        if not identity.feature_negotiation:
-            return OK
-        reply = identify.response(identity, context.opts, auth_required=context.auth_client is not None)
-        if not (identity.tls_v1 or identity.snappy or identity.deflate):
-            return reply
-        client.queue_response(reply)
-        client.flush()
-        if identity.tls_v1:
-            # the client's handshake must reach the TLS layer, not the command parser; what came before it is no
-            # TLS record (NSQ drops it too: a client waits for the answer), and what the TLS layer hands over
-            # before the upgrade is done is held until then
-            if early := self.session.drop_held():
-                log.warning("[%s] - %d bytes sent before the TLS handshake ignored", client, early)
-            self._wait_for(self._start_tls(identity))
-        else:
-            self._start_compression(identity)
-        return None
-
-    async def _authenticate(self, request: Auth) -> bytes:
-        auth = await self._query_auth(request.secret.decode("utf-8", "surrogateescape"))
-        if not auth.authorizations:
-            raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
-        return auth_response(auth)
-
-    async def _reauthorize(self, request: Reauthorize) -> None:
-        """Authorizations past their TTL are asked for again with the same secret before the command runs."""
-        await self._query_auth(self.client.auth_secret)
-
-    def _subscribe(self, request: Subscribe) -> Reply:
-        topic = self.broker.get_topic(request.topic)
-        try:
-            self.client.subscribe(topic.get_channel(request.channel))
-        except ChannelError as error:
-            raise FatalClientError("E_SUB_FAILED", f"SUB failed {error}") from None
-        return topic.when_started(OK)
-
-    def _ready(self, request: Ready) -> None:
-        self.client.set_ready(request.ready_count)
-
-    def _finish(self, request: Finish) -> None:
-        client = self.client
-        finish = self._channel().finish
-        self._window_changed = True
-        for msg_id in request.ids:
-            try:
-                finish(client, msg_id)
-            except ChannelError as error:
-                self._answer_error(ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {error}"))
-
-    def _requeue(self, request: Requeue) -> None:
-        try:
-            self._channel().requeue(self.client, request.id, request.delay_ms / 1000)
-        except ChannelError as error:
-            raise ClientError("E_REQ_FAILED", f"REQ {_text(request.id)} failed {error}") from None
-        self._window_changed = True
-
-    def _touch(self, request: Touch) -> None:
-        try:
-            self._channel().touch(self.client, request.id)
-        except ChannelError as error:
-            raise ClientError("E_TOUCH_FAILED", f"TOUCH {_text(request.id)} failed {error}") from None
-
-    def _close_subscription(self, request: Close) -> bytes:
-        self.client.start_close()
-        return CLOSE_WAIT
-
-    def _publish(self, request: Publish) -> Reply:
-        topic = self.broker.get_topic(request.topic)
-        try:
-            topic.publish(request.bodies, request.defer_ms)
-        except TopicError as error:
-            raise FatalClientError(f"E_{request.command}_FAILED", f"{request.command} failed {error}") from None
-        self.client.published(request.topic, len(request.bodies))
-        return topic.when_started(OK)
-
-    def _create_topic(self, request: CreateTopic) -> None:
-        self.broker.get_topic(request.topic)
-
-    def _channel(self) -> Channel:
-        assert self.client.channel is not None
-        return self.client.channel
-
 
 # how much a consumer whose socket does not drain may have waiting to be written before nsqd stops reading it
 _UNREAD_REPLIES_LIMIT = 4 * 1024 * 1024
-
-
-def _common_name(tls: ssl.SSLObject | None) -> str:
-    """The CN of a verified client certificate, which nsqd passes to the auth server."""
-    certificate = tls.getpeercert() if tls is not None else None
-    subject: tuple[tuple[tuple[str, str], ...], ...] = (certificate or {}).get("subject", ())  # type: ignore[assignment]
-    return next((value for entry in subject for key, value in entry if key == "commonName"), "")
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")
-
-
-_HANDLERS: dict[type, Callable[[ConnectionV2, Any], Reply]] = {
-    Publish: ConnectionV2._publish,
-    Finish: ConnectionV2._finish,
-    Ready: ConnectionV2._ready,
-    Requeue: ConnectionV2._requeue,
-    Touch: ConnectionV2._touch,
-    Subscribe: ConnectionV2._subscribe,
-    Close: ConnectionV2._close_subscription,
-    Identify: ConnectionV2._identify,
-    Auth: ConnectionV2._authenticate,
-    Reauthorize: ConnectionV2._reauthorize,
-    CreateTopic: ConnectionV2._create_topic,
-}

@@ -1,0 +1,164 @@
+"""What nsqd does for each request a V2 session lets through: one handler per request type, found in ``HANDLERS``.
+
+The session (``shared.protocol.session_v2``) has checked every rule by the time a handler runs, so a handler only
+acts: on the broker's topics and channels (PUB, MPUB, DPUB, SUB), on the client's window (RDY, FIN, REQ, TOUCH,
+CLS), on its settings (IDENTIFY, whose TLS and compression are ``upgrade``'s) or on its authorizations (AUTH, asked
+of the auth servers through ``auth.query``).
+
+A handler returns its ``Reply``: the bytes to answer now, None for no answer, or an awaitable the connection waits
+for before it reads on (the auth server, a topic that is not started yet). It raises ``ClientError`` for an error
+answered on an open connection (E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED) and ``FatalClientError`` for one that
+closes it. FIN and REQ set the connection's ``window_changed``: the channel refills the client's window once per
+batch of received bytes, not once per message.
+
+Dispatch costs one dict lookup and one call per request (``HANDLERS[request.__class__](connection, request)``): the
+handlers are plain functions, so a producer's PUB passes through no further layer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from shared.protocol.errors import ClientError, FatalClientError
+from shared.protocol.frames import CLOSE_WAIT, OK
+from shared.protocol.session_v2 import (Auth, Close, CreateTopic, Finish, Identify, Publish, Ready, Reauthorize,
+                                        Requeue, Subscribe, Touch)
+
+from . import auth, identify, upgrade
+from .channel import ChannelError
+from .topic import TopicError
+
+if TYPE_CHECKING:
+    from shared.auth_reply import AuthState
+
+    from .channel import Channel
+    from .protocol_v2 import ConnectionV2
+
+# a request's answer: now, none, or once what it waits for is done (the connection reads on after it)
+Reply = bytes | None | Awaitable[bytes | None]
+
+
+# -- the client's settings and authorizations --------------------------------------------------------------------
+
+def identify_client(connection: ConnectionV2, request: Identify) -> Reply:
+    client, context = connection.client, connection.context
+    identity = identify.negotiate(request.body, context.opts, client, context.tls_context is not None)
+    client.identify(identity)
+    connection.session.identified(identity.heartbeat_interval)
+    connection.heartbeats.restart()
+    if not identity.feature_negotiation:
+        return OK
+    reply = identify.response(identity, context.opts, auth_required=context.auth_client is not None)
+    if not (identity.tls_v1 or identity.snappy or identity.deflate):
+        return reply
+    client.queue_response(reply)
+    client.flush()
+    upgrade.start(connection, identity)
+    return None
+
+
+async def authenticate(connection: ConnectionV2, request: Auth) -> bytes:
+    state = await _query_auth(connection, _text(request.secret))
+    if not state.authorizations:
+        raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
+    return auth.auth_response(state)
+
+
+async def reauthorize(connection: ConnectionV2, request: Reauthorize) -> None:
+    """Authorizations past their TTL are asked for again with the same secret before the command runs."""
+    await _query_auth(connection, connection.client.auth_secret)
+
+
+async def _query_auth(connection: ConnectionV2, secret: str) -> AuthState:
+    auth_client = connection.context.auth_client
+    assert auth_client is not None
+    state = await auth.query(auth_client, connection.client, secret)
+    connection.session.authenticated(state)
+    return state
+
+
+# -- topics and channels -----------------------------------------------------------------------------------------
+
+def publish(connection: ConnectionV2, request: Publish) -> Reply:
+    topic = connection.broker.get_topic(request.topic)
+    try:
+        topic.publish(request.bodies, request.defer_ms)
+    except TopicError as error:
+        raise FatalClientError(f"E_{request.command}_FAILED", f"{request.command} failed {error}") from None
+    connection.client.published(request.topic, len(request.bodies))
+    return topic.when_started(OK)
+
+
+def create_topic(connection: ConnectionV2, request: CreateTopic) -> None:
+    connection.broker.get_topic(request.topic)
+
+
+def subscribe(connection: ConnectionV2, request: Subscribe) -> Reply:
+    topic = connection.broker.get_topic(request.topic)
+    try:
+        connection.client.subscribe(topic.get_channel(request.channel))
+    except ChannelError as error:
+        raise FatalClientError("E_SUB_FAILED", f"SUB failed {error}") from None
+    return topic.when_started(OK)
+
+
+# -- the client's window ------------------------------------------------------------------------------------------
+
+def set_ready(connection: ConnectionV2, request: Ready) -> None:
+    connection.client.set_ready(request.ready_count)
+
+
+def finish(connection: ConnectionV2, request: Finish) -> None:
+    client = connection.client
+    finish_one = _channel(connection).finish
+    connection.window_changed = True
+    for msg_id in request.ids:
+        try:
+            finish_one(client, msg_id)
+        except ChannelError as error:
+            connection.answer_error(ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {error}"))
+
+
+def requeue(connection: ConnectionV2, request: Requeue) -> None:
+    try:
+        _channel(connection).requeue(connection.client, request.id, request.delay_ms / 1000)
+    except ChannelError as error:
+        raise ClientError("E_REQ_FAILED", f"REQ {_text(request.id)} failed {error}") from None
+    connection.window_changed = True
+
+
+def touch(connection: ConnectionV2, request: Touch) -> None:
+    try:
+        _channel(connection).touch(connection.client, request.id)
+    except ChannelError as error:
+        raise ClientError("E_TOUCH_FAILED", f"TOUCH {_text(request.id)} failed {error}") from None
+
+
+def close_subscription(connection: ConnectionV2, request: Close) -> bytes:
+    connection.client.start_close()
+    return CLOSE_WAIT
+
+
+def _channel(connection: ConnectionV2) -> Channel:
+    channel = connection.client.channel
+    assert channel is not None  # the session lets FIN, REQ and TOUCH through only once subscribed
+    return channel
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+HANDLERS: dict[type, Callable[[ConnectionV2, Any], Reply]] = {
+    Publish: publish,
+    Finish: finish,
+    Ready: set_ready,
+    Requeue: requeue,
+    Touch: touch,
+    Subscribe: subscribe,
+    Close: close_subscription,
+    Identify: identify_client,
+    Auth: authenticate,
+    Reauthorize: reauthorize,
+    CreateTopic: create_topic,
+}

@@ -1,0 +1,72 @@
+"""The upgrades an IDENTIFY negotiates on a V2 connection, made after its reply in NSQ's order, each confirmed by an
+``OK``: TLS (``loop.start_tls`` on the same transport), then snappy or deflate (a codec the connection inflates
+what it receives through, and ``Client.flush`` compresses what it writes through).
+
+The session holds the bytes received after the IDENTIFY until this says how they are framed. Before a TLS handshake
+they are no TLS record and are dropped (NSQ drops them too: a client waits for the answer); the handshake makes the
+connection wait, so what the TLS layer hands over before the upgrade is done is held until then. After a switch to
+compression they are compressed already, and go to be inflated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import TYPE_CHECKING
+
+from shared.protocol.compression import Codec, DeflateCodec, SnappyCodec
+from shared.protocol.frames import OK
+
+if TYPE_CHECKING:
+    from .identify import Identity
+    from .protocol_v2 import ConnectionV2
+
+log = logging.getLogger("nsqd")
+
+# seconds a client has to complete the TLS handshake it asked for
+HANDSHAKE_TIMEOUT = 5.0
+
+
+def start(connection: ConnectionV2, identity: Identity) -> None:
+    """Upgrades as ``identity`` negotiated, once the IDENTIFY's reply is written."""
+    if identity.tls_v1:
+        # the client's handshake must reach the TLS layer, not the command parser
+        if early := connection.session.drop_held():
+            log.warning("[%s] - %d bytes sent before the TLS handshake ignored", connection.client, early)
+        connection.wait_for(_start_tls(connection, identity))
+    else:
+        _start_compression(connection, identity)
+
+
+async def _start_tls(connection: ConnectionV2, identity: Identity) -> None:
+    """The TLS handshake, OK over TLS, then compression on top if it was negotiated too."""
+    client, context = connection.client, connection.context.tls_context
+    assert context is not None
+    try:
+        transport = await asyncio.get_running_loop().start_tls(connection.transport, connection, context,
+                                                               server_side=True,
+                                                               ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+    except (OSError, ssl.SSLError, TimeoutError) as error:
+        log.error("[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake - %s", client, error)
+        connection.transport.abort()
+        return
+    if transport is None:
+        return
+    connection.transport = transport
+    client.upgraded_to_tls(transport)
+    connection.session.upgraded_to_tls()
+    client.queue_response(OK)
+    client.flush()
+    _start_compression(connection, identity)
+
+
+def _start_compression(connection: ConnectionV2, identity: Identity) -> None:
+    """Compression from here on, both ways."""
+    if identity.snappy or identity.deflate:
+        client = connection.client
+        codec: Codec = SnappyCodec() if identity.snappy else DeflateCodec(identity.deflate_level)
+        client.compress_with(codec)
+        client.queue_response(OK)
+        client.flush()
+        connection.inflate_with(codec)
