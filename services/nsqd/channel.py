@@ -53,7 +53,7 @@ class Consumer(Hashable, Protocol):
 
     def send_messages(self, messages: list[InFlightMessage]) -> None: ...
 
-    def finished(self) -> None: ...
+    def finished(self, count: int) -> None: ...
 
     def requeued(self) -> None: ...
 
@@ -321,14 +321,26 @@ class Channel:
     # of acknowledgements: the freed window is then refilled in one pass instead of one delivery per FIN
 
     def finish(self, consumer: Consumer, msg_id: bytes) -> None:
-        msg = self.in_flight.get(msg_id)
-        if msg is None or msg.client is not consumer:
-            raise ChannelError("ID not in flight" if msg is None else "client does not own message")
-        self.in_flight.pop(msg_id)
-        self._release(msg_id)
-        consumer.finished()
-        if self.e2e is not None:
-            self.e2e.add(time.time_ns() - msg.timestamp, time.monotonic())
+        for _, error in self.finish_all(consumer, [msg_id]):
+            raise error
+
+    def finish_all(self, consumer: Consumer, msg_ids: list[bytes]) -> list[tuple[bytes, ChannelError]]:
+        """A run of FINs: each message the consumer owns is done; the ones it cannot finish, with why."""
+        in_flight, release, e2e = self.in_flight, self._release, self.e2e
+        failed: list[tuple[bytes, ChannelError]] = []
+        for msg_id in msg_ids:
+            msg = in_flight.get(msg_id)
+            if msg is None or msg.client is not consumer:
+                failed.append((msg_id, ChannelError("ID not in flight" if msg is None else
+                                                    "client does not own message")))
+                continue
+            in_flight.pop(msg_id)
+            release(msg_id)
+            if e2e is not None:
+                e2e.add(time.time_ns() - msg.timestamp, time.monotonic())
+        if len(failed) < len(msg_ids):
+            consumer.finished(len(msg_ids) - len(failed))
+        return failed
 
     def requeue(self, consumer: Consumer, msg_id: bytes, delay: float) -> None:
         msg = self._owned(consumer, msg_id)

@@ -145,9 +145,9 @@ class Client:
 
     # -- what the channel did with its messages (the channel then refills the window it freed) ------------------
 
-    def finished(self) -> None:
-        self.in_flight_count -= 1
-        self.finish_count += 1
+    def finished(self, count: int) -> None:
+        self.in_flight_count -= count
+        self.finish_count += count
 
     def requeued(self) -> None:
         self.in_flight_count -= 1

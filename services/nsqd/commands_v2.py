@@ -109,14 +109,9 @@ def set_ready(connection: ConnectionV2, request: Ready) -> None:
 
 
 def finish(connection: ConnectionV2, request: Finish) -> None:
-    client = connection.client
-    finish_one = _channel(connection).finish
     connection.window_changed = True
-    for msg_id in request.ids:
-        try:
-            finish_one(client, msg_id)
-        except ChannelError as error:
-            connection.answer_error(ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {error}"))
+    for msg_id, error in _channel(connection).finish_all(connection.client, request.ids):
+        connection.answer_error(ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {error}"))
 
 
 def requeue(connection: ConnectionV2, request: Requeue) -> None:

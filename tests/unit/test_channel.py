@@ -246,8 +246,8 @@ class WindowConsumer:
         self.in_flight += len(messages)
         self.received += [msg.body for msg in messages]
 
-    def finished(self) -> None:
-        self.in_flight -= 1
+    def finished(self, count: int) -> None:
+        self.in_flight -= count
 
     def requeued(self) -> None:
         self.in_flight -= 1
