@@ -125,9 +125,10 @@ class Channel:
     def publish(self, entries: list[QueuedMessage]) -> None:
         """A publish's copies, not acknowledged yet: delivered, or queued; if the queue refuses them, OSError (or
         QueueFull) is raised and they are not this channel's."""
-        self.queue.accept(entries, self._deliver_now)
+        queued = self.queue.accept(entries, self._deliver_now)
         self.message_count += len(entries)
-        self._drain()
+        if queued and self._ready:
+            self._drain()  # what was queued goes to the consumers with room (a disk-through queue's: all of it)
 
     def publish_deferred(self, entry: QueuedMessage, delay: float, now: float) -> None:
         """A DPUB's copy, not acknowledged yet, delivered once ``delay`` is over; OSError if the disk refuses it."""
@@ -160,8 +161,8 @@ class Channel:
         self.put_back([entry])
 
     def put_back(self, entries: list[QueuedMessage]) -> None:
-        self.queue.put(entries, self._deliver_now)
-        self._drain()
+        if self.queue.put(entries, self._deliver_now) and self._ready:
+            self._drain()
 
     def _deliver_now(self, entries: list[QueuedMessage]) -> int:
         """Delivers ``entries`` in order while a consumer has room; how many it delivered."""
@@ -303,7 +304,8 @@ class Channel:
         """Call after anything that gives ``consumer`` room (RDY, FIN, REQ, a timeout, a drained socket)."""
         if consumer.room > 0 and consumer.id in self.clients:
             self._ready[consumer] = None
-            self._drain()
+            if self.queue:
+                self._drain()
         else:
             self._ready.pop(consumer, None)
 

@@ -79,16 +79,17 @@ class MessageQueue:
 
     # -- messages in -----------------------------------------------------------------------------------------
 
-    def accept(self, entries: list[QueuedMessage], take_now: TakeNow = nobody_takes) -> None:
+    def accept(self, entries: list[QueuedMessage], take_now: TakeNow = nobody_takes) -> int:
         """New messages: what ``take_now`` does not take is queued, or OSError (QueueFull) is raised and none of
-        that is queued."""
-        self._put(entries, take_now, refuse=True)
+        that is queued. How many it queued."""
+        return self._put(entries, take_now, refuse=True)
 
-    def put(self, entries: list[QueuedMessage], take_now: TakeNow = nobody_takes) -> None:
-        """Messages accepted earlier: what ``take_now`` does not take is queued, in memory if the disk refuses."""
-        self._put(entries, take_now, refuse=False)
+    def put(self, entries: list[QueuedMessage], take_now: TakeNow = nobody_takes) -> int:
+        """Messages accepted earlier: what ``take_now`` does not take is queued, in memory if the disk refuses. How
+        many it queued."""
+        return self._put(entries, take_now, refuse=False)
 
-    def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> None:
+    def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> int:
         raise NotImplementedError
 
     def _write(self, entries: list[QueuedMessage], refuse: bool) -> bool:
@@ -205,19 +206,20 @@ class MessageQueue:
 class MemoryFirstQueue(MessageQueue):
     """Consumers with room first, then memory, then the backend."""
 
-    def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> None:
+    def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> int:
         taken = take_now(entries)
         if taken:
             entries = entries[taken:]
         room = self._memory_size - len(self.memory)
         if room >= len(entries):
             self.memory.extend(entries)
-            return
+            return len(entries)
         room = max(0, room)
         if not self._write(entries[room:] if room else entries, refuse):
             self.memory.extend(entries)  # the disk refused them: kept all the same, in order
         elif room:
             self.memory.extend(entries[:room])
+        return len(entries)
 
 
 class DiskThroughQueue(MessageQueue):
@@ -225,13 +227,14 @@ class DiskThroughQueue(MessageQueue):
 
     keeps_until_finished = True
 
-    def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> None:
+    def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> int:
         if not self._write(entries, refuse):
             self.memory.extend(entries)  # the disk refused them: kept all the same
-            return
+            return len(entries)
         release = self._backend.release
         for entry in entries:  # written again: the copies read before need not be kept
             release(entry[ID])
+        return len(entries)
 
     def defer(self, entry: QueuedMessage, deadline: float) -> None:
         if self.deferred.add(entry, deadline):
