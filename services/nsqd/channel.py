@@ -323,26 +323,28 @@ class Channel:
     # of acknowledgements: the freed window is then refilled in one pass instead of one delivery per FIN
 
     def finish(self, consumer: Consumer, msg_id: bytes) -> None:
-        for _, error in self.finish_all(consumer, [msg_id]):
-            raise error
+        def refuse(msg_id: bytes, reason: str) -> None:
+            raise ChannelError(reason)
 
-    def finish_all(self, consumer: Consumer, msg_ids: list[bytes]) -> list[tuple[bytes, ChannelError]]:
-        """A run of FINs: each message the consumer owns is done; the ones it cannot finish, with why."""
+        self.finish_all(consumer, [msg_id], refuse)
+
+    def finish_all(self, consumer: Consumer, msg_ids: list[bytes], refuse: Callable[[bytes, str], None]) -> None:
+        """A run of FINs: each message the consumer owns is done; ``refuse(id, reason)`` is told of each other one,
+        in order."""
         in_flight, release, e2e = self.in_flight, self._release, self.e2e
-        failed: list[tuple[bytes, ChannelError]] = []
+        done = 0
         for msg_id in msg_ids:
             msg = in_flight.get(msg_id)
             if msg is None or msg.client is not consumer:
-                failed.append((msg_id, ChannelError("ID not in flight" if msg is None else
-                                                    "client does not own message")))
+                refuse(msg_id, "ID not in flight" if msg is None else "client does not own message")
                 continue
             in_flight.pop(msg_id)
             release(msg_id)
+            done += 1
             if e2e is not None:
                 e2e.add(time.time_ns() - msg.timestamp, time.monotonic())
-        if len(failed) < len(msg_ids):
-            consumer.finished(len(msg_ids) - len(failed))
-        return failed
+        if done:
+            consumer.finished(done)
 
     def requeue(self, consumer: Consumer, msg_id: bytes, delay: float) -> None:
         msg = self._owned(consumer, msg_id)

@@ -110,8 +110,11 @@ def set_ready(connection: ConnectionV2, request: Ready) -> None:
 
 def finish(connection: ConnectionV2, request: Finish) -> None:
     connection.window_changed = True
-    for msg_id, error in _channel(connection).finish_all(connection.client, request.ids):
-        connection.answer_error(ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {error}"))
+
+    def refuse(msg_id: bytes, reason: str) -> None:
+        connection.answer_error(ClientError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {reason}"))
+
+    _channel(connection).finish_all(connection.client, request.ids, refuse)
 
 
 def requeue(connection: ConnectionV2, request: Requeue) -> None:
