@@ -19,9 +19,9 @@ The path of a message, module by module:
   writes it first and ``Channel._drain`` reads it back for the consumers. Which kind a queue is was chosen once,
   in ``Storage`` (storage.py). When a consumer gains room (RDY, FIN, a timeout, a drained socket),
   ``Channel.update_ready`` drains the queue into it.
-- ``FIN <id>`` lines come out of the session as one ``Finish(ids)`` per run of them; the connection calls
-  ``Channel.finish`` for each (off the in-flight queue; the queue releases a disk-through copy; ``Client.finished``),
-  then once per batch ``Client.update_ready`` lets the channel refill the freed window.
+- ``FIN <id>`` lines come out of the session as one ``Finish(ids)`` per run of them; ``commands_v2.finish`` calls
+  ``Channel.finish_all`` once for the run (each off the in-flight queue, a disk-through copy released, then
+  ``Client.finished(count)``), and once per read ``Client.update_ready`` lets the channel refill the freed window.
 - Messages not finished in time are taken back by ``QueueScanner`` (``queue_scan.py``) through
   ``Channel.process_in_flight``; deferred ones (DPUB, REQ with a delay) wait in the queue's ``DeferredStore``
   until ``Channel.process_deferred`` queues them again.

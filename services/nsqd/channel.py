@@ -5,8 +5,9 @@ Invariants:
   consumer) or deferred (in the queue's deferred store);
 - a consumer receives only while it has room (``Consumer.room``: RDY is a window, not a counter);
 - ``_ready`` holds the subscribed consumers that had room when they last told the channel, so delivery never scans
-  all consumers; one that lost its room since is dropped from it when delivery comes to it. The queue only holds
-  messages while no consumer has room (or the channel is paused).
+  all consumers; one that lost its room since is dropped from it when delivery comes to it. A memory-first queue
+  only holds messages while no consumer has room (or the channel is paused); a disk-through one passes every
+  message through the disk on its way to a consumer.
 Depth counts the queue (memory and disk); in-flight and deferred messages are reported separately, as NSQ does.
 What the queue does with a message (handed over at once, or through the disk; kept in memory when the disk refuses
 one accepted earlier) is its kind's business (message_queue.py): the channel never asks which kind it has.
@@ -79,7 +80,6 @@ class Channel:
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self.queue = storage.open_channel(f"{topic_name}:{name}")
-        self._release = self.queue.release
         self.deferred = self.queue.deferred
         # "t:dead:c": no channel's name has a colon, so nothing mistakes it for one
         self.dead_letters = storage.open_dead_letters(f"{topic_name}:dead:{name}")
@@ -138,7 +138,7 @@ class Channel:
     def put_new(self, entries: list[QueuedMessage]) -> None:
         """Messages the topic held (acknowledged already): delivered, or queued."""
         self.message_count += len(entries)
-        self.put_back(entries)
+        self._put_all(entries)
 
     def put_deferred(self, entry: QueuedMessage, delay: float, now: float) -> None:
         """A DPUB's copy the topic held, delivered once ``delay`` is over."""
@@ -158,9 +158,10 @@ class Channel:
 
     def put(self, entry: QueuedMessage) -> None:
         """A message accepted earlier (requeued, timed out, due): delivered, or queued."""
-        self.put_back([entry])
+        self._put_all([entry])
 
-    def put_back(self, entries: list[QueuedMessage]) -> None:
+    def _put_all(self, entries: list[QueuedMessage]) -> None:
+        """Messages accepted earlier: delivered, or queued."""
         if self.queue.put(entries, self._deliver_now) and self._ready:
             self._drain()
 
@@ -301,7 +302,8 @@ class Channel:
             self._on_last_client_gone(self)
 
     def update_ready(self, consumer: Consumer) -> None:
-        """Call after anything that gives ``consumer`` room (RDY, FIN, REQ, a timeout, a drained socket)."""
+        """Call after anything that changes ``consumer``'s room (RDY, CLS, FIN, REQ, a drained socket): with room it
+        takes what the queue holds, without it leaves the ready ones."""
         if consumer.room > 0 and consumer.id in self.clients:
             self._ready[consumer] = None
             if self.queue:
@@ -331,7 +333,7 @@ class Channel:
     def finish_all(self, consumer: Consumer, msg_ids: list[bytes], refuse: Callable[[bytes, str], None]) -> None:
         """A run of FINs: each message the consumer owns is done; ``refuse(id, reason)`` is told of each other one,
         in order."""
-        in_flight, release, e2e = self.in_flight, self._release, self.e2e
+        in_flight, release, e2e = self.in_flight, self.queue.release, self.e2e
         done = 0
         for msg_id in msg_ids:
             msg = in_flight.get(msg_id)

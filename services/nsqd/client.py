@@ -170,7 +170,7 @@ class Client:
         return room if room > 0 else 0
 
     def update_ready(self) -> None:
-        """Tells the channel whether the client has room now (after RDY, CLS, a timeout, or a run of FINs)."""
+        """Tells the channel whether the client has room now (after RDY, CLS, a run of FINs or REQs, a resume)."""
         if self.channel is not None:
             self.channel.update_ready(self)
 

@@ -104,6 +104,7 @@ class DeferredStore:
         return bool(due)
 
     def pop_all(self, put: Callable[[QueuedMessage, float], None]) -> bool:
+        """Every message goes to ``put`` (a topic's, with its delay, to the channels that now exist)."""
         return self.pop_due(float("inf"), put)
 
     def _compact(self) -> None:

@@ -232,8 +232,7 @@ class DiskQueue:
             dropped = self.read((self._bytes - target) // average + 1)
             if not dropped:
                 break
-            for payload in dropped:
-                self.release(self._held.key(payload))
+            self._unsynced += self._held.release_payloads(dropped)
             self.dropped_count += len(dropped)
 
     def _unread_bytes(self) -> int:
@@ -288,7 +287,8 @@ class DiskQueue:
                     continue
                 self._bad_read_file()
                 continue
-            self._held.hold(taken, positions.read_file, positions.read_pos, framed)
+            assert not (framed and self._held.holds), "held records are read as payloads"
+            self._held.hold(taken, positions.read_file, positions.read_pos)
             self._bytes -= reader.position - positions.read_pos
             positions.read_pos = reader.position
             positions.depth -= len(taken)

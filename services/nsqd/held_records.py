@@ -13,6 +13,8 @@ from typing import Callable
 
 
 class HeldRecords:
+    holds = True
+
     def __init__(self, key: Callable[[bytes], bytes]) -> None:
         self.key = key
         # key -> (file, position, number of records read before it), in read order
@@ -22,9 +24,8 @@ class HeldRecords:
     def __bool__(self) -> bool:
         return bool(self._held)
 
-    def hold(self, payloads: list[bytes], file: int, position: int, framed: bool) -> None:
+    def hold(self, payloads: list[bytes], file: int, position: int) -> None:
         """``payloads`` were just read, in order, from ``position`` in ``file``."""
-        assert not framed, "held records are read as payloads"
         held, keys = self._held, list(map(self.key, payloads))
         before = len(held)
         starts = accumulate((4 + len(payload) for payload in payloads), initial=position)
@@ -38,6 +39,10 @@ class HeldRecords:
     def release(self, key: bytes) -> bool:
         """Whether ``key`` was held."""
         return self._held.pop(key, None) is not None
+
+    def release_payloads(self, payloads: list[bytes]) -> int:
+        """Releases the records of ``payloads`` (dropped by the cap); how many were held."""
+        return sum(self.release(self.key(payload)) for payload in payloads)
 
     def clear(self) -> None:
         self._held.clear()
@@ -55,11 +60,16 @@ class HeldRecords:
 class NotHeld(HeldRecords):
     """A queue that holds nothing it hands out (every queue but a channel's at ``--mem-queue-size=0``)."""
 
+    holds = False
+
     def __init__(self) -> None:
         super().__init__(lambda payload: payload)
 
-    def hold(self, payloads: list[bytes], file: int, position: int, framed: bool) -> None:
+    def hold(self, payloads: list[bytes], file: int, position: int) -> None:
         pass
+
+    def release_payloads(self, payloads: list[bytes]) -> int:
+        return 0
 
 
 NOT_HELD = NotHeld()

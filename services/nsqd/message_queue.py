@@ -228,6 +228,7 @@ class DiskThroughQueue(MessageQueue):
     keeps_until_finished = True
 
     def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> int:
+        # take_now is not asked: consumers get every message from the disk (Channel._drain), none directly
         if not self._write(entries, refuse):
             self.memory.extend(entries)  # the disk refused them: kept all the same
             return len(entries)

@@ -4,8 +4,10 @@ Every queue's disk queue lives in the data path and is kept here for the sync lo
 name without a data path (``None``: tests of the in-memory logic), have a ``NullBackend`` and no deferred file.
 
 The kind follows ``--mem-queue-size``: a topic's queue, and a channel's dead letters, are memory first; a channel's
-is memory first too, or at ``--mem-queue-size=0`` disk through (every message on disk until it is finished). At
-``--mem-queue-size=0`` deferred messages are written to their file as they are deferred, else at exit.
+is memory first too, or at ``--mem-queue-size=0`` disk through (every message on disk until it is finished) when it
+has a disk queue: an ephemeral channel stays memory first, handing messages to its consumers and dropping what they
+cannot take, as NSQ's do. At ``--mem-queue-size=0`` deferred messages are written to their file as they are
+deferred, else at exit.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class Storage:
         return self._open(MemoryFirstQueue, name, Delays)
 
     def open_channel(self, name: str) -> MessageQueue:
-        kind = DiskThroughQueue if self._on_disk_only else MemoryFirstQueue
+        kind = DiskThroughQueue if self._on_disk_only and self._disk_path(name) else MemoryFirstQueue
         return self._open(kind, name, DueTimes)
 
     def open_dead_letters(self, name: str) -> MessageQueue:
@@ -50,19 +52,23 @@ class Storage:
 
     def _open(self, kind: type[MessageQueue], name: str, timing: Timing) -> MessageQueue:
         backend: Backend
-        if self.data_path is None or is_ephemeral(name):
+        data_path = self._disk_path(name)
+        if data_path is None:
             backend, deferred_file = NullBackend(name), None
         else:
-            backend = self.queues[name] = self._disk_queue(name, hold=kind.keeps_until_finished)
-            deferred_file = DeferredFile(name, self.data_path / f"{name}.diskqueue.deferred.dat", MIN_RECORD,
+            backend = self.queues[name] = self._disk_queue(data_path, name, hold=kind.keeps_until_finished)
+            deferred_file = DeferredFile(name, data_path / f"{name}.diskqueue.deferred.dat", MIN_RECORD,
                                          self._opts.max_msg_size + MIN_RECORD)
         deferred = DeferredStore(deferred_file, self._on_disk_only, timing, self.health)
         return kind(backend, self._opts.mem_queue_size, deferred, self.health, self._forget)
 
-    def _disk_queue(self, name: str, hold: bool) -> DiskQueue:
-        assert self.data_path is not None
+    def _disk_path(self, name: str) -> Path | None:
+        """Where the name's files go; None for a name that has none."""
+        return None if is_ephemeral(name) else self.data_path
+
+    def _disk_queue(self, data_path: Path, name: str, hold: bool) -> DiskQueue:
         opts = self._opts
-        return DiskQueue(name, self.data_path, opts.max_bytes_per_file, opts.max_msg_size, opts.sync_every,
+        return DiskQueue(name, data_path, opts.max_bytes_per_file, opts.max_msg_size, opts.sync_every,
                          hold_key=message_id if hold else None, max_bytes=opts.max_bytes_per_queue,
                          drop_oldest=opts.queue_full_policy == "drop-oldest")
 

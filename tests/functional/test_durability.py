@@ -134,3 +134,19 @@ async def test_a_large_topic_backlog_on_disk_reaches_a_new_channel(tmp_path: Pat
         assert sorted(map(int, received)) == list(range(10_000))
     finally:
         nsqd.stop()
+
+
+async def test_an_ephemeral_channel_at_mem_queue_size_0_delivers_without_a_disk(tmp_path: Path) -> None:
+    """Only channels with a disk queue pass every message through it; an ephemeral one hands messages to its
+    consumer and keeps no file."""
+    nsqd = start_nsqd(*FAST_SCAN, "--mem-queue-size=0", data_path=tmp_path)
+    try:
+        consumer = await WireClient.connect(nsqd.tcp_address)
+        await consumer.subscribe("t", "c#ephemeral", rdy=10)
+        assert nsqd.http("POST", "/pub?topic=t", b"hello")[0] == 200
+        message = await consumer.read_message(timeout=5)
+        assert message.body == b"hello"
+        assert not list(tmp_path.glob("t:c#ephemeral.*"))
+        await consumer.close()
+    finally:
+        nsqd.stop()

@@ -7,7 +7,7 @@ import pytest
 
 from services.nsqd.storage import Storage
 from services.nsqd.topic import Topic, TopicError
-from tests.unit.nsqd_fixtures import options
+from tests.unit.nsqd_fixtures import make_client, options
 from tests.unit.test_channel import subscribe
 
 
@@ -144,3 +144,16 @@ def test_exiting_topic_refuses() -> None:
     topic.close()
     with pytest.raises(TopicError, match="exiting"):
         topic.publish([b"x"])
+
+
+def test_an_ephemeral_channel_at_mem_queue_size_0_hands_messages_to_its_consumers(tmp_path: Path) -> None:
+    """It has no disk to go through: its consumers take what they have room for, as NSQ's ephemeral channels do."""
+    settings = options(mem_queue_size=0)
+    topic = Topic("t", settings, Storage(tmp_path, settings), lambda topic: None)
+    channel = topic.get_channel("c#ephemeral")
+    client, transport = make_client(1, 0)
+    client.subscribe(channel)
+    client.set_ready(5)
+    topic.publish([b"hello", b"world"])
+    assert [m.body for m in transport.messages()] == [b"hello", b"world"] and channel.dropped_count == 0
+    assert list(tmp_path.iterdir()) == []
