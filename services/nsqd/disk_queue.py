@@ -62,8 +62,7 @@ class DiskQueue:
         self._unsynced = 0
         self._positions = disk_queue_meta.load(name, data_path)
         self._files = SegmentFiles(name, data_path, self._positions.read_file)
-        # the write file the metadata on disk names: records go only to a file it names (else a restart would not
-        # look for them there)
+        # the write file the metadata on disk names: records go only to a file it names (a restart looks there)
         self._meta_write_file = self._positions.write_file
         # what was read and is not finished yet
         self._held = HeldRecords(hold_key) if hold_key is not None else NOT_HELD
@@ -72,6 +71,7 @@ class DiskQueue:
         self._deleted = False
         self._recover_tail()
         self._cap = QueueCap(name, max_bytes, drop_oldest)
+        self._capped = max_bytes > 0
         self.dropped_count = 0
         self._bytes = self._unread_bytes()  # of the records waiting to be read
 
@@ -102,15 +102,12 @@ class DiskQueue:
     def put(self, payloads: list[bytes], capped: bool = True) -> None:
         """Appends every payload, or raises OSError (or QueueFull, unless not ``capped``) having appended none (a
         partial write is cut back)."""
-        self._retried(self._put, payloads, capped)
-
-    def _retried(self, put: Callable[[list[bytes], bool], None], data: list[bytes], capped: bool) -> None:
         try:
-            put(data, capped)
+            self._put(payloads, capped)
         except OSError as error:
             if not self._fresh_file_for(error):
                 raise
-            put(data, capped)
+            self._put(payloads, capped)
 
     def _put(self, payloads: list[bytes], capped: bool) -> None:
         if not payloads:
@@ -118,7 +115,7 @@ class DiskQueue:
         if len(payloads) == 1 and MIN_RECORD <= len(payloads[0]) <= self._max_record:
             record = SIZE.pack(len(payloads[0])) + payloads[0]
             if self._positions.write_pos + len(record) <= self._max_bytes_per_file:
-                if capped and self._cap.max_bytes:
+                if capped and self._capped:
                     self._make_room(len(record))
                 self._write(record, 1)  # one message per request: the common case, kept short
                 return
@@ -126,7 +123,7 @@ class DiskQueue:
         if min(sizes) < MIN_RECORD or max(sizes) > self._max_record:
             raise ValueError(f"invalid message size {min(sizes)}..{max(sizes)}")
         total = sum(sizes) + 4 * len(sizes)
-        if capped and self._cap.max_bytes:
+        if capped and self._capped:
             self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
             # the common case, all in the current file: headers and payloads joined in one pass
@@ -137,11 +134,16 @@ class DiskQueue:
     def put_records(self, records: list[bytes]) -> None:
         """``put`` for records as ``read(framed=True)`` returns them, size prefix included (another queue's, moved
         as they are)."""
-        self._retried(self._put_framed, records, True)
+        try:
+            self._put_framed(records)
+        except OSError as error:
+            if not self._fresh_file_for(error):
+                raise
+            self._put_framed(records)
 
-    def _put_framed(self, records: list[bytes], capped: bool) -> None:
+    def _put_framed(self, records: list[bytes]) -> None:
         total = sum(map(len, records))
-        if capped and self._cap.max_bytes:
+        if self._capped:
             self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
             self._write(b"".join(records), len(records))
