@@ -32,11 +32,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable
 
 from shared.addresses import join_host_port, split_host_port
-from shared.cluster_info import ClusterInfo, ClusterInfoError
 from shared.log_format import describe
 from shared.protocol.lookup_v1 import MAGIC_V1, TLS_V1, lookupd_agreed
 
 if TYPE_CHECKING:
+    from shared.cluster_info import ClusterInfo
+
     from .topic import Topic
 
 log = logging.getLogger("nsqd")
@@ -118,6 +119,8 @@ class LookupPeer:
         address = self.http_address
         if not address or self._stopping:
             return []
+        from shared.cluster_info import ClusterInfo, ClusterInfoError  # aiohttp: not on the registration path
+
         if self._http is None:
             self._http = ClusterInfo.open(connect_timeout, request_timeout)
         try:

@@ -28,6 +28,7 @@ from .client import Client, EndOfTurnFlush
 from .storage import Storage
 from .http_api import build_router, tls_required
 from .http_server import HTTPService
+from .lookup_peer import LookupPeer, channels_in_cluster, registrations
 from .metadata import DataPathLock
 from .options import Options
 from .protocol_v2 import ConnectionV2, ListenerContext
@@ -39,13 +40,13 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .auth_client import AuthClient
-    from .lookup_peer import LookupPeer
     from .metrics import NSQDCollector
     from .node_id_check import NodeIdCheck
 
 log = logging.getLogger("nsqd")
 
 METADATA_RETRY = 1.0  # seconds between attempts to write nsqd.dat while the disk refuses it
+NODE_ID_CHECK_DELAY = 0.5  # seconds after the first lookupd is known: its registrations are out by then
 
 
 class NSQD:
@@ -79,6 +80,7 @@ class NSQD:
         self._sync_task: asyncio.Task[None] | None = None
         self.lookup_peers: dict[str, LookupPeer] = {}
         self._node_id_check: NodeIdCheck | None = None  # started with the first lookupd
+        self._node_id_check_start: asyncio.Task[None] | None = None
         self._topic_starts: set[asyncio.Task[None]] = set()
         # one thread for fsyncs: they never overlap, and stop() can wait for the one under way
         self._disk_sync = ThreadPoolExecutor(max_workers=1, thread_name_prefix="disk-sync")
@@ -131,6 +133,9 @@ class NSQD:
             connection.close()
         for peer in self.lookup_peers.values():
             await peer.stop()
+        if self._node_id_check_start is not None:
+            self._node_id_check_start.cancel()
+            await asyncio.wait({self._node_id_check_start})
         if self._node_id_check is not None:
             await self._node_id_check.stop()
         for topic in list(self.topics.values()):
@@ -201,7 +206,6 @@ class NSQD:
 
     async def _start_with_cluster_channels(self, topic: Topic) -> None:
         try:
-            from .lookup_peer import channels_in_cluster
 
             names = await channels_in_cluster(self.lookup_peers.values(), topic.name,
                                               self.opts.http_client_connect_timeout,
@@ -242,18 +246,24 @@ class NSQD:
                 await self.lookup_peers.pop(address).stop()
         for address in addresses:
             if address not in self.lookup_peers:
-                from .lookup_peer import LookupPeer, registrations  # only for an nsqd that knows lookupds
-
-                node_id_check = self._node_id_check or self._start_node_id_check()
                 peer = LookupPeer(address, self._lookupd_identity, lambda: registrations(self.topics),
                                   tls=self.lookupd_tls_context, tls_server_name=self.opts.lookupd_tls_server_name,
-                                  identified=node_id_check.due)
+                                  identified=self._lookupd_identified)
                 self.lookup_peers[address] = peer
                 peer.start()
+        if addresses and self._node_id_check_start is None:
+            self._node_id_check_start = asyncio.create_task(self._start_node_id_check(), name="node-id-check-start")
 
-    def _start_node_id_check(self) -> NodeIdCheck:
-        """Starts the check that warns of other nsqd using this one's node ID (with the first lookupd)."""
-        # aiohttp's client, only for an nsqd that knows lookupds
+    def _lookupd_identified(self) -> None:
+        if self._node_id_check is not None:
+            self._node_id_check.due()  # else it checks once it has started
+
+    async def _start_node_id_check(self) -> None:
+        """Starts the check that warns of other nsqd using this one's node ID (with the first lookupd), once the
+        registrations with the lookupds are out: its HTTP client (aiohttp's, only for an nsqd that knows lookupds)
+        takes a tenth of a second or more to import, on a thread then, so that the event loop goes on serving."""
+        await asyncio.sleep(NODE_ID_CHECK_DELAY)
+        await asyncio.to_thread(_import_http_client)
         from shared.cluster_info import ClusterInfo
 
         from .node_id_check import NodeIdCheck
@@ -262,7 +272,7 @@ class NSQD:
         self._node_id_check = NodeIdCheck(self.opts.node_id, self._broadcast_tcp_address, self._identified_lookupds,
                                           cluster)
         self._node_id_check.start()
-        return self._node_id_check
+        self._node_id_check.due()
 
     def _broadcast_tcp_port(self) -> int:
         return self.opts.broadcast_tcp_port or self.tcp_address[1]
@@ -356,3 +366,7 @@ def _auth_client(opts: Options) -> AuthClient:
     return AuthClient(opts.auth_http_addresses, opts.auth_http_request_method,
                       connect_timeout=opts.http_client_connect_timeout,
                       request_timeout=opts.http_client_request_timeout, ssl_context=tls.auth_server_context(opts))
+
+
+def _import_http_client() -> None:
+    import services.nsqd.node_id_check  # noqa: F401  (with it shared.cluster_info and aiohttp)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harness.processes import NSQDProcess, start_lookupd, wait_for
+from harness.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
 
@@ -282,3 +282,16 @@ def test_clients_outside_the_nsqd_network_get_its_external_address(tmp_path: Pat
 def logged_port(process: NSQDProcess, prefix: str) -> int | None:
     """The port of the first log line with ``prefix`` (``<prefix><host>:<port>``), None before there is one."""
     return next((int(line.rsplit(":", 1)[1]) for line in process.log_lines if prefix in line), None)
+
+
+def test_an_nsqd_is_listed_as_soon_as_it_listens(lookupd: NSQDProcess) -> None:
+    """As gnsq's own test_lookup checks it: nsqd started (its listeners up), a tenth of a second later lookupd's
+    /nodes lists it, asked once. Its registration waits for nothing (the node-ID check's HTTP client is
+    imported later, off the event loop)."""
+    nsqd = start_nsqd(f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}")
+    try:
+        time.sleep(0.1)
+        status, body = get(lookupd, "/nodes")
+        assert status == 200 and [node["tcp_port"] for node in body["producers"]] == [nsqd.tcp_port]
+    finally:
+        nsqd.stop()
