@@ -1,6 +1,7 @@
 """nsqd throughput benchmark: ``make bench`` or ``.venv/bin/python -m bench.run [--duration 10]``.
 
-Starts an nsqd at NSQ's default flags (``--nsqd-args`` adds flags, for a tuned second line) and drives it from
+Starts an nsqd at NSQ's default flags (``--nsqd-args`` adds flags, for a tuned second line), its topic with the
+channel in place as a topic with consumers has (``--without-channel`` adds a run without), and drives it from
 separate processes with 200-byte messages, the loads NSQ's own bench_writer, bench_reader and ``wrk`` produce:
   (a) MPUB, batches of 200, over 2 connections, each waiting for its OK;
   (b) PUB, one message per request, over 2 connections, each waiting for its OK (round trip p50/p99);
@@ -94,6 +95,8 @@ def main() -> None:
     parser.add_argument("--skip-ceiling", action="store_true", help="do not measure the generators' ceilings")
     parser.add_argument("--compare-with", metavar="NSQD", default="",
                         help="then the same phases against another nsqd binary (NSQ's own), for the ratio")
+    parser.add_argument("--without-channel", action="store_true",
+                        help="then the phases again with no channel while publishing (the topic keeps the backlog)")
     parser.add_argument("--disk", action="store_true",
                         help="also run (a) and (c) with --mem-queue-size=0 and a channel: every message through "
                              "the disk queue of the channel")
@@ -109,12 +112,13 @@ def main() -> None:
     if not args.skip_ceiling:
         measure_ceilings(pool)
     try:
-        ours = run_nsqd(pool, args.nsqd_args.split(), args.duration)
-        if args.compare_with:
-            theirs = run_nsqd(pool, args.nsqd_args.split(), args.duration, [args.compare_with])
-            print(f"-- this nsqd against {args.compare_with}")
-            for mine, other in zip(ours, theirs):
-                print(f"{mine['name']:<46} {mine['rate'] / other['rate'] if other['rate'] else 0:>12.2f}x")
+        for with_channel in (True, False) if args.without_channel else (True,):
+            ours = run_nsqd(pool, args.nsqd_args.split(), args.duration, with_channel=with_channel)
+            if args.compare_with:
+                theirs = run_nsqd(pool, args.nsqd_args.split(), args.duration, [args.compare_with], with_channel)
+                print(f"-- this nsqd against {args.compare_with}")
+                for mine, other in zip(ours, theirs):
+                    print(f"{mine['name']:<46} {mine['rate'] / other['rate'] if other['rate'] else 0:>12.2f}x")
         if args.disk:
             with tempfile.TemporaryDirectory() as data_path:
                 run_disk_phases(pool, Path(data_path), args.duration, args.nsqd_args.split())
@@ -122,15 +126,22 @@ def main() -> None:
         pool.shutdown()
 
 
-def run_nsqd(pool: ProcessPoolExecutor, flags: list[str], duration: float,
-             program: list[str] | None = None) -> list[dict[str, Any]]:
+def run_nsqd(pool: ProcessPoolExecutor, flags: list[str], duration: float, program: list[str] | None = None,
+             with_channel: bool = True) -> list[dict[str, Any]]:
+    """The phases against one nsqd. ``with_channel``: the topic's channel exists while publishing, as a topic with
+    consumers has (every message is copied into it); else the topic keeps the backlog until (c) subscribes."""
     with tempfile.TemporaryDirectory() as data_path:
         nsqd = start_nsqd(*flags, data_path=Path(data_path), program=program)
         pid = nsqd.process.pid
         try:
+            if with_channel:
+                nsqd.http("POST", f"/topic/create?topic={TOPIC}")
+                nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel=ch")
             time.sleep(1.0)
             settings = f"with {' '.join(flags)}" if flags else "at NSQ's default flags"
-            print(f"-- {program[0] if program else 'nsqd'} {settings} (pid {pid}): idle RSS {rss_mib(pid):.1f} MiB")
+            topic = "the topic's channel in place" if with_channel else "no channel while publishing"
+            print(f"-- {program[0] if program else 'nsqd'} {settings}, {topic} (pid {pid}): "
+                  f"idle RSS {rss_mib(pid):.1f} MiB")
             rows = run_phases(pool, nsqd, pid, duration)
             print(f"-- nsqd RSS after the run {rss_mib(pid):.1f} MiB")
             return rows
@@ -168,7 +179,7 @@ def run_phases(pool: ProcessPoolExecutor, nsqd: NSQDProcess, pid: int, duration:
                 lambda: http_publish(pool, http, f"/mpub?topic={TOPIC}", duration)),
         measure("(a) MPUB x200, 200 B, 2 conns", pid, lambda: parallel_publish(pool, address, 200, 2, duration)),
     ]
-    backlog = _topic_depth(nsqd)
+    backlog = _backlog(nsqd)
     published = sum(row["messages"] for row in rows)
     print(f"{'':<46} nsqd holds {backlog:,} messages; {published:,} were acknowledged", flush=True)
     rows.append(measure("(c) consume backlog, RDY 2500, FIN each", pid,
@@ -176,9 +187,11 @@ def run_phases(pool: ProcessPoolExecutor, nsqd: NSQDProcess, pid: int, duration:
     return rows
 
 
-def _topic_depth(nsqd: NSQDProcess) -> int:
+def _backlog(nsqd: NSQDProcess) -> int:
+    """What (c) will consume: the topic's depth and its channel's."""
     document = json.loads(nsqd.http("GET", f"/stats?format=json&topic={TOPIC}")[2])
-    return sum(topic["depth"] for topic in document["topics"])
+    return sum(topic["depth"] + sum(channel["depth"] for channel in topic["channels"] if channel["channel_name"] == "ch")
+               for topic in document["topics"])
 
 
 def run_disk_phases(pool: ProcessPoolExecutor, data_path: Path, duration: float, nsqd_args: list[str]) -> None:
