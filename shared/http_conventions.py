@@ -1,8 +1,8 @@
 """NSQ's HTTP conventions, independent of any server: the ``{"message": CODE}`` error body, the
 ``X-NSQ-Content-Type`` header, the V1 ``Accept`` header its clients send, parseBool for query flags, and where
 julienschmidt/httprouter (NSQ's router) redirects a path that matches no route. Both HTTP stacks build on these:
-aiohttp (lookupd, the admin, the tools) through ``shared.http_api``, and nsqd's own server
-(``services.nsqd.http_server``).
+aiohttp (the admin, the tools) through ``shared.http_api``, and the server of nsqd and lookupd
+(``shared.http_server``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from shared.protocol.errors import FatalClientError
 from shared.runtime_config import address_list, option_value, set_log_level
 from shared.version import VERSION
 
-from .http_router import NSQ_V1, Request, Response, Router, json_response
+from shared.http_router import NSQ_V1, Request, Response, Router, json_response
 from .message import QueuedMessage
 from .topic import Topic, TopicError, TopicFull
 

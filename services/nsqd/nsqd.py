@@ -27,7 +27,7 @@ from .channel import Channel
 from .client import Client, EndOfTurnFlush
 from .storage import Storage
 from .http_api import build_router, tls_required
-from .http_server import HTTPService
+from shared.http_server import HTTPService
 from .lookup_peer import LookupPeer, channels_in_cluster, registrations
 from .metadata import DataPathLock
 from .options import Options

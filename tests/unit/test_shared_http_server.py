@@ -1,4 +1,4 @@
-"""services/nsqd/http_server.py on a real loopback socket: keep-alive, pipelining, bodies and their limits,
+"""shared/http_server.py on a real loopback socket: keep-alive, pipelining, bodies and their limits,
 100-continue, malformed input, and httprouter's answers. The client side is raw bytes, so what is checked is exactly
 what goes over the wire."""
 
@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from services.nsqd.http_router import NSQ_V1, Request, Response, Router, json_response, parse_query
-from services.nsqd.http_server import HTTPService
+from shared.http_router import NSQ_V1, Request, Response, Router, json_response, parse_query
+from shared.http_server import HTTPService
 from shared.http_conventions import HTTPError
 
 LIMIT = 100

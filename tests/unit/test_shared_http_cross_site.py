@@ -1,5 +1,5 @@
-"""nsqd's HTTP server refusing what a browser sends for another site's page, sans I/O: the requests' bytes are fed
-to one connection (whole, then a byte at a time) and its answers read from what it wrote."""
+"""The HTTP server of nsqd and lookupd refusing what a browser sends for another site's page, sans I/O: the
+requests' bytes are fed to one connection (whole, then a byte at a time) and its answers read from what it wrote."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from services.nsqd.http_router import NSQ_V1, Request, Response, Router
-from services.nsqd.http_server import HTTPService
-from tests.unit.test_nsqd_http_server import answers
+from shared.http_router import NSQ_V1, Request, Response, Router
+from shared.http_server import HTTPService
+from tests.unit.test_shared_http_server import answers
 
 CURL = "Host: 127.0.0.1:4151\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n"
 REFUSED = (403, b'{"message":"CROSS_SITE_REQUEST"}')

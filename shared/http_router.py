@@ -1,7 +1,7 @@
-"""What nsqd's HTTP handlers see: the ``Request`` (its query decoded as Go's ``url.Values``), the ``Response`` (and
-its bytes, with Go's headers), and the ``Router`` that picks a handler as julienschmidt/httprouter does in NSQ (405
-with ``Allow``, ``OPTIONS``, redirects to the path with its trailing slash toggled or cleaned). ``http_server``
-carries them over the wire.
+"""What the HTTP handlers of nsqd and lookupd see: the ``Request`` (its query decoded as Go's ``url.Values``), the
+``Response`` (and its bytes, with Go's headers), and the ``Router`` that picks a handler as julienschmidt/httprouter
+does in NSQ (405 with ``Allow``, ``OPTIONS``, redirects to the path with its trailing slash toggled or cleaned).
+``http_server`` carries them over the wire.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""nsqd's HTTP/1.1 server: httptools (llhttp, the parser aiohttp itself is built on) driven by an
+"""The HTTP/1.1 server of nsqd and lookupd: httptools (llhttp, the parser aiohttp itself is built on) driven by an
 ``asyncio.Protocol``, answering through ``http_router``'s router as julienschmidt/httprouter does in NSQ.
 
-It exists because nsqd's hot routes are tiny requests — ``POST /pub`` with one message — where a general framework's
-per-request objects, middleware chain and task cost several times the work itself. What it does:
+It exists because both services' hot routes are tiny requests — nsqd's ``POST /pub`` with one message, lookupd's
+``GET /lookup`` — where a general framework's per-request objects, middleware chain and task cost several times the
+work itself. What it does:
 
 - keep-alive (HTTP/1.1 by default, ``Connection: keep-alive`` on 1.0) and pipelining: requests are answered in
   the order they arrived, an async handler holding the ones behind it (reading pauses meanwhile);
