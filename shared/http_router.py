@@ -108,6 +108,8 @@ class Route(NamedTuple):
     handler: Handler
     # for a route that reads its body: the most it reads, asked at each request (options change at run time)
     body_limit: Callable[[], int] | None
+    # as registered (``/config/:opt``)
+    path: str
 
 
 class Router:
@@ -120,9 +122,9 @@ class Router:
     def add(self, method: str, path: str, handler: Handler, body_limit: Callable[[], int] | None = None) -> None:
         prefix, colon, name = path.rpartition("/:")
         if colon:
-            self._prefixed.setdefault(prefix + "/", (name, {}))[1][method] = Route(handler, body_limit)
+            self._prefixed.setdefault(prefix + "/", (name, {}))[1][method] = Route(handler, body_limit, path)
         else:
-            self._exact.setdefault(path, {})[method] = Route(handler, body_limit)
+            self._exact.setdefault(path, {})[method] = Route(handler, body_limit, path)
 
     def methods(self, path: str) -> tuple[dict[str, Route], dict[str, str]]:
         """The routes registered for ``path`` by method, and the path's parameters."""

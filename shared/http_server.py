@@ -19,7 +19,8 @@ work itself. What it does:
   ``DefaultMaxHeaderBytes``), answered with 431;
 - beyond NSQ, unless the service allows it (``--http-allow-cross-site``): a state-changing request a browser sent
   for another site's page is refused with 403 ``CROSS_SITE_REQUEST`` before its handler runs
-  (``shared.cross_site`` decides), and answers to GET forbid framing. The headers that say so are noted in the one
+  (``shared.cross_site`` decides; lookupd, which may sit behind a proxy, also counts ``X-Forwarded-Host`` among its
+  own names), and answers to GET forbid framing. The headers that say so are noted in the one
   pass over the headers that reads ``Content-Length``, which keeps the check's cost on ``POST /pub`` from any other
   client to a comparison or two.
 """
@@ -34,7 +35,7 @@ from typing import cast
 
 import httptools
 
-from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS, cross_site_source
+from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS, cross_site_source, forwarded_hosts
 from shared.http_conventions import HTTPError
 from shared.protocol.names import go_quote
 
@@ -56,13 +57,19 @@ class HTTPService:
     keep-alive connection would otherwise outlive the server)."""
 
     def __init__(self, router: Router, log: logging.Logger,
-                 guard: Callable[[Request], Response | None] | None = None, allow_cross_site: bool = False) -> None:
+                 guard: Callable[[Request], Response | None] | None = None, allow_cross_site: bool = False,
+                 observe: Callable[[Request, Response], None] | None = None,
+                 trust_forwarded_host: bool = False) -> None:
         self.router = router
         self.log = log
         # answers every request itself when it returns a response (--tls-required on plain HTTP)
         self.guard = guard
         # NSQ's behaviour: other sites' pages may send requests and frame the answers
         self.allow_cross_site = allow_cross_site
+        # sees every request the router or a refusal answered, with its answer (lookupd's counts for /metrics)
+        self.observe = observe
+        # the names a proxy put in X-Forwarded-Host are the server's own too, for the cross-site check
+        self.trust_forwarded_host = trust_forwarded_host
         self.connections: set[HTTPConnection] = set()
 
     def __call__(self) -> HTTPConnection:
@@ -83,6 +90,7 @@ class HTTPConnection(asyncio.Protocol):
         self._log = service.log
         self._guard = service.guard
         self._checks_cross_site = not service.allow_cross_site
+        self._observe = service.observe
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._closing = False
@@ -264,7 +272,7 @@ class HTTPConnection(asyncio.Protocol):
                 if refused is not None:
                     return refused
             if request.from_browser and self._checks_cross_site:
-                refused = _refuse_cross_site(request, self._log)
+                refused = _refuse_cross_site(request, self._log, self._service.trust_forwarded_host)
                 if refused is not None:
                     return refused
             return self._router.resolve(request)
@@ -292,6 +300,8 @@ class HTTPConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or self._closing:
             return
+        if self._observe is not None:
+            self._observe(request, response)
         if request.method == "GET" and self._checks_cross_site:
             # a new response: the handler's may be shared and its bytes cached
             response = Response(response.body, response.status, response.headers + FRAME_DENY_HEADERS)
@@ -307,12 +317,15 @@ class HTTPConnection(asyncio.Protocol):
             self._linger_and_close()
 
 
-def _refuse_cross_site(request: Request, log: logging.Logger) -> Response | None:
+def _refuse_cross_site(request: Request, log: logging.Logger, trust_forwarded_host: bool) -> Response | None:
     """NSQ's 403 for a state-changing request a browser sent for another site's page, None for any other."""
     headers = request.headers
-    host = _header(headers, b"host")  # nsqd is reached directly: no proxy names it otherwise
+    host = _header(headers, b"host")
+    # nsqd is reached directly: no proxy names it otherwise
+    hosts = (forwarded_hosts(host, _header(headers, b"x-forwarded-host")) if trust_forwarded_host
+             else [host] if host else [])
     source = cross_site_source(request.method, _header(headers, b"sec-fetch-site"), _header(headers, b"origin"),
-                               [host] if host else [])
+                               hosts)
     if source is None:
         return None
     log.warning("HTTP: refused %s %s from %s: a cross-site request (--http-allow-cross-site serves it)",

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from shared.flags import parse_duration
 from shared.http_conventions import HTTPError, parse_bool
+from shared.http_router import NSQ_V1, Request, Response, Router, json_response
 from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import split_mpub
 from shared.protocol.errors import FatalClientError
 from shared.runtime_config import address_list, option_value, set_log_level
 from shared.version import VERSION
 
-from shared.http_router import NSQ_V1, Request, Response, Router, json_response
 from .message import QueuedMessage
 from .topic import Topic, TopicError, TopicFull
 

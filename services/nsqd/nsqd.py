@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shared.addresses import join_host_port
+from shared.http_server import HTTPService
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
 from shared.protocol.names import is_ephemeral, is_valid_channel_name
@@ -27,7 +28,6 @@ from .channel import Channel
 from .client import Client, EndOfTurnFlush
 from .storage import Storage
 from .http_api import build_router, tls_required
-from shared.http_server import HTTPService
 from .lookup_peer import LookupPeer, channels_in_cluster, registrations
 from .metadata import DataPathLock
 from .options import Options
