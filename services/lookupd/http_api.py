@@ -1,29 +1,20 @@
-"""lookupd's HTTP API (aiohttp): NSQ's routes, parameters, error codes and JSON shapes.
+"""lookupd's HTTP API: NSQ's routes, parameters, error codes and JSON shapes, served by ``shared.http_server``.
 
 Beyond NSQ, unless ``--http-allow-cross-site``: a state-changing request a browser sent for another site's page
 (``shared.cross_site`` decides) is refused with 403 ``CROSS_SITE_REQUEST`` before its handler runs, and answers to
-GET forbid framing.
+GET forbid framing; the server does both.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
-from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS
-from shared.http_api import (
-    Handler,
-    HTTPError,
-    cross_site_source_of,
-    empty_response,
-    json_response,
-    nsq_errors,
-    redirect_fixed_paths,
-)
-from shared.protocol.names import go_quote, is_valid_channel_name, is_valid_topic_name
+from shared.http_conventions import HTTPError
+from shared.http_router import NSQ_V1, Request, Response, Router, json_response
+from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 
 from .registration_db import Registration, active
 
@@ -32,74 +23,53 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqlookupd")
 
-LOOKUPD_KEY: web.AppKey[NSQLookupd] = web.AppKey("nsqlookupd")
-# whether the app serves clients outside the nsqd's network (--external-http-address)
-EXTERNAL_KEY: web.AppKey[bool] = web.AppKey("external", bool)
+_OK = Response(b"OK")
+# NSQ's actions answer 200 without a body: Go sets no Content-Type on an empty body
+_EMPTY = Response(headers=NSQ_V1)
 
 
-@web.middleware
-async def count_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
-    response = await handler(request)
-    route = request.match_info.route.resource
-    path = route.canonical if route is not None else "other"
-    counts = _lookupd(request).request_counts
+def build_router(lookupd: NSQLookupd, external: bool = False) -> Router:
+    """The routes of one listener; ``external``: it serves clients outside the nsqds' network
+    (``--external-http-address``), who are given the nsqds' external addresses."""
+    api, router = _API(lookupd, external), Router()
+    for path, handler in (("/ping", api.ping), ("/info", api.info), ("/lookup", api.lookup),
+                          ("/topics", api.topics), ("/channels", api.channels), ("/nodes", api.nodes),
+                          ("/debug", api.debug), ("/metrics", api.metrics)):
+        router.add("GET", path, handler)
+    for path, handler in (("/topic/create", api.topic_create), ("/topic/delete", api.topic_delete),
+                          ("/topic/tombstone", api.topic_tombstone), ("/channel/create", api.channel_create),
+                          ("/channel/delete", api.channel_delete)):
+        router.add("POST", path, handler)
+    return router
+
+
+def count_request(lookupd: NSQLookupd, request: Request, response: Response) -> None:
+    """Counts an answer by route and status for /metrics; what no route answered (404, 405, redirects) is
+    ``other``."""
+    path = request.route.path if request.route is not None else "other"
+    counts = lookupd.request_counts
     counts[(path, response.status)] = counts.get((path, response.status), 0) + 1
-    return response
 
 
-@web.middleware
-async def refuse_cross_site(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """NSQ's 403 for a state-changing request a browser sent for another site's page."""
-    source = cross_site_source_of(request)
-    if source is not None:
-        log.warning("HTTP: refused %s %s from %s: a cross-site request (--http-allow-cross-site serves it)",
-                    request.method, go_quote(request.path), go_quote(source))
-        raise HTTPError(403, CROSS_SITE_CODE)
-    return await handler(request)
+def _json(document: object) -> Response:
+    return json_response(json.dumps(document, separators=(",", ":")))
 
 
-async def deny_framing(request: web.Request, response: web.StreamResponse) -> None:
-    """Every answer to GET, errors and redirects included, forbids other sites to frame it."""
-    if request.method == "GET":
-        response.headers.extend(FRAME_DENY_HEADERS)
-
-
-def build_app(lookupd: NSQLookupd, external: bool = False) -> web.Application:
-    checked = [] if lookupd.opts.http_allow_cross_site else [refuse_cross_site]
-    app = web.Application(middlewares=[count_requests, nsq_errors(log), *checked, redirect_fixed_paths])
-    if checked:
-        app.on_response_prepare.append(deny_framing)
-    app[LOOKUPD_KEY] = lookupd
-    app[EXTERNAL_KEY] = external
-    for path, handler in (("/ping", ping), ("/info", info), ("/lookup", lookup), ("/topics", topics),
-                          ("/channels", channels), ("/nodes", nodes), ("/debug", debug), ("/metrics", metrics)):
-        app.router.add_get(path, handler, allow_head=False)
-    for path, handler in (("/topic/create", topic_create), ("/topic/delete", topic_delete),
-                          ("/topic/tombstone", topic_tombstone), ("/channel/create", channel_create),
-                          ("/channel/delete", channel_delete)):
-        app.router.add_post(path, handler)
-    return app
-
-
-def _lookupd(request: web.Request) -> NSQLookupd:
-    return request.app[LOOKUPD_KEY]
-
-
-def _arg(request: web.Request, name: str) -> str:
+def _arg(request: Request, name: str) -> str:
     value = request.query.get(name)
     if value is None:
         raise HTTPError(400, f"MISSING_ARG_{name.upper()}")
     return value
 
 
-def _valid_topic(request: web.Request) -> str:
+def _valid_topic(request: Request) -> str:
     topic = _arg(request, "topic")
     if not is_valid_topic_name(topic):
         raise HTTPError(400, "INVALID_ARG_TOPIC")
     return topic
 
 
-def _valid_topic_and_channel(request: web.Request) -> tuple[str, str]:
+def _valid_topic_and_channel(request: Request) -> tuple[str, str]:
     topic = _valid_topic(request)
     channel = _arg(request, "channel")
     if not is_valid_channel_name(channel):
@@ -107,114 +77,106 @@ def _valid_topic_and_channel(request: web.Request) -> tuple[str, str]:
     return topic, channel
 
 
-async def ping(request: web.Request) -> web.Response:
-    return web.Response(text="OK")
+class _API:
+    def __init__(self, lookupd: NSQLookupd, external: bool) -> None:
+        self._lookupd = lookupd
+        self._external = external
 
+    def ping(self, request: Request) -> Response:
+        return _OK
 
-async def info(request: web.Request) -> web.Response:
-    return json_response({"version": _lookupd(request).version})
+    def info(self, request: Request) -> Response:
+        return _json({"version": self._lookupd.version})
 
+    def lookup(self, request: Request) -> Response:
+        lookupd = self._lookupd
+        topic = _arg(request, "topic")
+        db = lookupd.db
+        if not db.find_registrations("topic", topic, ""):
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        producers = active(db.find_producers("topic", topic, ""), time.time(),
+                           lookupd.opts.inactive_producer_timeout, lookupd.opts.tombstone_lifetime)
+        return _json({"channels": sorted(r.subkey for r in db.find_registrations("channel", topic, "*")),
+                      "producers": [producer.peer.json(self._external) for producer in producers]})
 
-async def lookup(request: web.Request) -> web.Response:
-    lookupd = _lookupd(request)
-    topic = _arg(request, "topic")
-    db = lookupd.db
-    if not db.find_registrations("topic", topic, ""):
-        raise HTTPError(404, "TOPIC_NOT_FOUND")
-    producers = active(db.find_producers("topic", topic, ""), time.time(), lookupd.opts.inactive_producer_timeout,
-                       lookupd.opts.tombstone_lifetime)
-    return json_response({"channels": sorted(r.subkey for r in db.find_registrations("channel", topic, "*")),
-                          "producers": [producer.peer.json(request.app[EXTERNAL_KEY]) for producer in producers]})
+    def topics(self, request: Request) -> Response:
+        db = self._lookupd.db
+        return _json({"topics": sorted(r.key for r in db.find_registrations("topic", "*", ""))})
 
+    def channels(self, request: Request) -> Response:
+        topic = _arg(request, "topic")
+        db = self._lookupd.db
+        return _json({"channels": sorted(r.subkey for r in db.find_registrations("channel", topic, "*"))})
 
-async def topics(request: web.Request) -> web.Response:
-    db = _lookupd(request).db
-    return json_response({"topics": sorted(r.key for r in db.find_registrations("topic", "*", ""))})
+    def nodes(self, request: Request) -> Response:
+        lookupd = self._lookupd
+        db, now = lookupd.db, time.time()
+        # tombstoned nodes are listed, with their tombstones, as NSQ does
+        producers = active(db.find_producers("client", "", ""), now, lookupd.opts.inactive_producer_timeout, 0)
+        result: list[dict[str, Any]] = []
+        for producer in producers:
+            topic_names = sorted(r.key for r in db.lookup_registrations(producer.peer.id) if r.category == "topic")
+            tombstones = [db.registrations[Registration("topic", name, "")][producer.peer.id]
+                          .tombstoned(now, lookupd.opts.tombstone_lifetime) for name in topic_names]
+            result.append({**producer.peer.json(self._external), "tombstones": tombstones, "topics": topic_names})
+        return _json({"producers": result})
 
+    def debug(self, request: Request) -> Response:
+        db = self._lookupd.db
+        data: dict[str, list[dict[str, Any]]] = {}
+        for registration, producers in db.registrations.items():
+            data[":".join(registration)] = [{
+                "id": p.peer.id, "hostname": p.peer.hostname, "broadcast_address": p.peer.broadcast_address,
+                "tcp_port": p.peer.tcp_port, "http_port": p.peer.http_port, "version": p.peer.version,
+                "topology_zone": p.peer.topology_zone, "topology_region": p.peer.topology_region,
+                "last_update": int(p.peer.last_update * 1e9), "tombstoned": p.tombstoned_at is not None,
+                "tombstoned_at": int(p.tombstoned_at * 1e9) if p.tombstoned_at is not None else 0,
+            } for p in producers.values()]
+        return _json(data)
 
-async def channels(request: web.Request) -> web.Response:
-    topic = _arg(request, "topic")
-    db = _lookupd(request).db
-    return json_response({"channels": sorted(r.subkey for r in db.find_registrations("channel", topic, "*"))})
+    def metrics(self, request: Request) -> Response:
+        body, content_type = self._lookupd.metrics.render()
+        return Response(body, headers=(("Content-Type", content_type),))
 
+    def topic_create(self, request: Request) -> Response:
+        topic = _valid_topic(request)
+        log.info("DB: adding topic(%s)", topic)
+        self._lookupd.db.add_registration(Registration("topic", topic, ""))
+        return _EMPTY
 
-async def nodes(request: web.Request) -> web.Response:
-    lookupd = _lookupd(request)
-    db, now = lookupd.db, time.time()
-    # tombstoned nodes are listed, with their tombstones, as NSQ does
-    producers = active(db.find_producers("client", "", ""), now, lookupd.opts.inactive_producer_timeout, 0)
-    result: list[dict[str, Any]] = []
-    for producer in producers:
-        topic_names = sorted(r.key for r in db.lookup_registrations(producer.peer.id) if r.category == "topic")
-        tombstones = [db.registrations[Registration("topic", name, "")][producer.peer.id]
-                      .tombstoned(now, lookupd.opts.tombstone_lifetime) for name in topic_names]
-        result.append({**producer.peer.json(request.app[EXTERNAL_KEY]), "tombstones": tombstones,
-                       "topics": topic_names})
-    return json_response({"producers": result})
+    def topic_delete(self, request: Request) -> Response:
+        topic = _arg(request, "topic")
+        db = self._lookupd.db
+        for registration in db.find_registrations("channel", topic, "*"):
+            log.info("DB: removing channel(%s) from topic(%s)", registration.subkey, topic)
+            db.remove_registration(registration)
+        for registration in db.find_registrations("topic", topic, ""):
+            log.info("DB: removing topic(%s)", topic)
+            db.remove_registration(registration)
+        return _EMPTY
 
+    def topic_tombstone(self, request: Request) -> Response:
+        topic = _arg(request, "topic")
+        node = _arg(request, "node")
+        log.info("DB: setting tombstone for producer@%s of topic(%s)", node, topic)
+        self._lookupd.db.tombstone(Registration("topic", topic, ""), node, time.time())
+        return _EMPTY
 
-async def debug(request: web.Request) -> web.Response:
-    db = _lookupd(request).db
-    data: dict[str, list[dict[str, Any]]] = {}
-    for registration, producers in db.registrations.items():
-        data[":".join(registration)] = [{
-            "id": p.peer.id, "hostname": p.peer.hostname, "broadcast_address": p.peer.broadcast_address,
-            "tcp_port": p.peer.tcp_port, "http_port": p.peer.http_port, "version": p.peer.version,
-            "topology_zone": p.peer.topology_zone, "topology_region": p.peer.topology_region,
-            "last_update": int(p.peer.last_update * 1e9), "tombstoned": p.tombstoned_at is not None,
-            "tombstoned_at": int(p.tombstoned_at * 1e9) if p.tombstoned_at is not None else 0,
-        } for p in producers.values()]
-    return json_response(data)
+    def channel_create(self, request: Request) -> Response:
+        topic, channel = _valid_topic_and_channel(request)
+        db = self._lookupd.db
+        log.info("DB: adding channel(%s) in topic(%s)", channel, topic)
+        db.add_registration(Registration("channel", topic, channel))
+        db.add_registration(Registration("topic", topic, ""))
+        return _EMPTY
 
-
-async def metrics(request: web.Request) -> web.Response:
-    body, content_type = _lookupd(request).metrics.render()
-    return web.Response(body=body, headers={"Content-Type": content_type})
-
-
-async def topic_create(request: web.Request) -> web.Response:
-    topic = _valid_topic(request)
-    log.info("DB: adding topic(%s)", topic)
-    _lookupd(request).db.add_registration(Registration("topic", topic, ""))
-    return empty_response()
-
-
-async def topic_delete(request: web.Request) -> web.Response:
-    topic = _arg(request, "topic")
-    db = _lookupd(request).db
-    for registration in db.find_registrations("channel", topic, "*"):
-        log.info("DB: removing channel(%s) from topic(%s)", registration.subkey, topic)
-        db.remove_registration(registration)
-    for registration in db.find_registrations("topic", topic, ""):
-        log.info("DB: removing topic(%s)", topic)
-        db.remove_registration(registration)
-    return empty_response()
-
-
-async def topic_tombstone(request: web.Request) -> web.Response:
-    topic = _arg(request, "topic")
-    node = _arg(request, "node")
-    log.info("DB: setting tombstone for producer@%s of topic(%s)", node, topic)
-    _lookupd(request).db.tombstone(Registration("topic", topic, ""), node, time.time())
-    return empty_response()
-
-
-async def channel_create(request: web.Request) -> web.Response:
-    topic, channel = _valid_topic_and_channel(request)
-    db = _lookupd(request).db
-    log.info("DB: adding channel(%s) in topic(%s)", channel, topic)
-    db.add_registration(Registration("channel", topic, channel))
-    db.add_registration(Registration("topic", topic, ""))
-    return empty_response()
-
-
-async def channel_delete(request: web.Request) -> web.Response:
-    topic, channel = _valid_topic_and_channel(request)
-    db = _lookupd(request).db
-    registrations = db.find_registrations("channel", topic, channel)
-    if not registrations:
-        raise HTTPError(404, "CHANNEL_NOT_FOUND")
-    for registration in registrations:
-        log.info("DB: removing channel(%s) from topic(%s)", channel, topic)
-        db.remove_registration(registration)
-    return empty_response()
+    def channel_delete(self, request: Request) -> Response:
+        topic, channel = _valid_topic_and_channel(request)
+        db = self._lookupd.db
+        registrations = db.find_registrations("channel", topic, channel)
+        if not registrations:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        for registration in registrations:
+            log.info("DB: removing channel(%s) from topic(%s)", channel, topic)
+            db.remove_registration(registration)
+        return _EMPTY

@@ -9,14 +9,13 @@ import logging
 import socket
 from typing import Iterator
 
-from aiohttp import web
-
-from shared.listeners import listen_http, listen_tcp
+from shared.http_server import HTTPService
+from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
 from shared.tls import server_context
 from shared.version import VERSION
 
-from .http_api import build_app
+from .http_api import build_router, count_request
 from .options import Options
 from .protocol_v1 import ConnectionV1
 from .registration_db import Registration, RegistrationDB
@@ -45,7 +44,7 @@ class NSQLookupd:
         self.http_address: tuple[str, int] = ("", 0)
         self.external_http_address: tuple[str, int] = ("", 0)
         self._tcp_server: asyncio.AbstractServer | None = None
-        self._http_runners: list[web.AppRunner] = []
+        self._http_servers: list[tuple[asyncio.AbstractServer, HTTPService]] = []
 
     async def start(self) -> None:
         try:
@@ -56,19 +55,28 @@ class NSQLookupd:
 
     async def _start(self) -> None:
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address, lambda: ConnectionV1(self), log)
-        runner, self.http_address = await listen_http(self.opts.http_address, build_app(self), log)
-        self._http_runners.append(runner)
+        self.http_address = await self._listen_http(self.opts.http_address, "HTTP", external=False)
         if self.opts.external_http_address:
-            runner, self.external_http_address = await listen_http(
-                self.opts.external_http_address, build_app(self, external=True), log, label="HTTP (external)")
-            self._http_runners.append(runner)
+            self.external_http_address = await self._listen_http(self.opts.external_http_address, "HTTP (external)",
+                                                                 external=True)
+
+    async def _listen_http(self, address: str, label: str, external: bool) -> tuple[str, int]:
+        # lookupd may sit behind a proxy: the names it puts in X-Forwarded-Host are lookupd's own
+        service = HTTPService(build_router(self, external), log, allow_cross_site=self.opts.http_allow_cross_site,
+                              observe=lambda request, response: count_request(self, request, response),
+                              trust_forwarded_host=True)
+        server, bound = await listen_tcp(address, service, log, label=label)
+        self._http_servers.append((server, service))
+        return bound
 
     async def stop(self) -> None:
         if self._tcp_server is not None:
             self._tcp_server.close()
-        for runner in self._http_runners:
-            await runner.cleanup()
-        self._http_runners.clear()
+        for server, service in self._http_servers:
+            server.close()
+            service.close_connections()
+            await server.wait_closed()
+        self._http_servers.clear()
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
 

@@ -1,4 +1,4 @@
-"""lookupd's HTTP API refusing what a browser sends for another site's page, on its app in this process."""
+"""lookupd's HTTP API refusing what a browser sends for another site's page, on a lookupd in this process."""
 
 from __future__ import annotations
 
@@ -6,25 +6,41 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
-from services.lookupd.http_api import build_app
 from services.lookupd.lookupd import NSQLookupd
 from services.lookupd.options import Options
 
-Client = TestClient[web.Request, web.Application]
 FRAME_DENY = {"Content-Security-Policy": "frame-ancestors 'none'", "X-Frame-Options": "DENY"}
 ACTIONS = ["/topic/create?topic=orders", "/topic/tombstone?topic=orders&node=n:4151",
            "/channel/create?topic=orders&channel=c", "/topic/delete?topic=orders"]
 
 
+class Client:
+    """Requests to one lookupd's HTTP listener, by path."""
+
+    def __init__(self, session: aiohttp.ClientSession, address: tuple[str, int]) -> None:
+        self.session = session
+        self.host, self.port = address
+
+    async def get(self, path: str, allow_redirects: bool = True) -> aiohttp.ClientResponse:
+        return await self.session.get(f"http://{self.host}:{self.port}{path}", allow_redirects=allow_redirects)
+
+    async def post(self, path: str, headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+        return await self.session.post(f"http://{self.host}:{self.port}{path}", headers=headers)
+
+
 @asynccontextmanager
 async def _client(allow_cross_site: bool = False) -> AsyncIterator[tuple[Client, NSQLookupd]]:
-    lookupd = NSQLookupd(Options(http_allow_cross_site=allow_cross_site))
-    async with TestClient(TestServer(build_app(lookupd))) as client:
-        yield client, lookupd
+    lookupd = NSQLookupd(Options(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                                 http_allow_cross_site=allow_cross_site))
+    await lookupd.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield Client(session, lookupd.http_address), lookupd
+    finally:
+        await lookupd.stop()
 
 
 @pytest.mark.parametrize("headers", [{"Origin": "http://127.0.0.2:39999"}, {"Sec-Fetch-Site": "cross-site"},
@@ -45,7 +61,8 @@ async def test_cross_site_actions_are_refused_and_change_nothing(
     assert f'POST "{path.partition("?")[0]}" from "{source}"' in line
 
 
-@pytest.mark.parametrize("headers", [{}, {"Sec-Fetch-Site": "same-origin"}, {"Origin": "http://{host}"}])
+@pytest.mark.parametrize("headers", [{}, {"Sec-Fetch-Site": "same-origin"}, {"Origin": "http://{host}"},
+                                     {"Origin": "https://nsq.example", "X-Forwarded-Host": "nsq.example"}])
 async def test_other_requests_are_served(headers: dict[str, str]) -> None:
     async with _client() as (client, lookupd):
         host = f"{client.host}:{client.port}"
