@@ -92,6 +92,9 @@ class RegistrationDB:
 
     def find_registrations(self, category: str, key: str, subkey: str) -> list[Registration]:
         """``"*"`` matches anything in ``key`` or ``subkey``."""
+        if key != "*" and subkey != "*":  # one key at most: found without a scan, as NSQ does
+            exact = Registration(category, key, subkey)
+            return [exact] if exact in self.registrations else []
         return [r for r in self.registrations if r.category == category and key in ("*", r.key)
                 and subkey in ("*", r.subkey)]
 

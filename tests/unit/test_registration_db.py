@@ -18,6 +18,9 @@ def test_registrations_and_wildcards() -> None:
     assert sorted(r.subkey for r in db.find_registrations("channel", "t", "*")) == ["c1", "c2"]
     assert {p.peer.id for p in db.find_producers("channel", "t", "*")} == {a.id, b.id}
     assert sorted(db.lookup_registrations(a.id)) == [Registration("channel", "t", "c1"), Registration("topic", "t", "")]
+    assert db.find_registrations("channel", "t", "c2") == [Registration("channel", "t", "c2")]
+    assert db.find_registrations("channel", "t", "c3") == db.find_registrations("topic", "c1", "") == []
+    assert [p.peer.id for p in db.find_producers("topic", "t", "")] == [a.id]
 
 
 def test_removing_the_last_producer_keeps_durable_keys_and_drops_ephemeral_ones() -> None:
