@@ -47,19 +47,26 @@ def two_nsqd(tmp_path: Path) -> Iterator[tuple[NSQDProcess, list[NSQDProcess]]]:
 
 
 def publish_at_once(nsqds: list[NSQDProcess]) -> None:
-    """``PER_NSQD`` events to each nsqd, numbered apart, in MPUBs of 100 sent to both at the same time: the IDs
-    the two hand out in the same millisecond are equal."""
+    """``PER_NSQD`` events to each nsqd, numbered apart, in MPUBs of 100: each round sends one MPUB to every nsqd
+    at the same instant and waits for all of them, so the nsqd take every round in step and the IDs they hand
+    out in the same millisecond are equal, however busy the machine."""
 
-    async def publish(nsqd: NSQDProcess, first: int) -> None:
-        async with Producer(f"127.0.0.1:{nsqd.tcp_port}") as producer:
-            for start in range(first, first + PER_NSQD, 100):
-                await producer.multi_publish(TOPIC, [json.dumps({"n": n, "pad": "x" * 100}).encode()
-                                                     for n in range(start, start + 100)])
+    def batch(start: int) -> list[bytes]:
+        return [json.dumps({"n": n, "pad": "x" * 100}).encode() for n in range(start, start + 100)]
 
-    async def both() -> None:
-        await asyncio.gather(*(publish(nsqd, index * PER_NSQD) for index, nsqd in enumerate(nsqds)))
+    async def in_step() -> None:
+        producers = [Producer(f"127.0.0.1:{nsqd.tcp_port}") for nsqd in nsqds]
+        for producer in producers:
+            await producer.connect()
+        try:
+            for offset in range(0, PER_NSQD, 100):
+                await asyncio.gather(*(producer.multi_publish(TOPIC, batch(index * PER_NSQD + offset))
+                                       for index, producer in enumerate(producers)))
+        finally:
+            for producer in producers:
+                await producer.close()
 
-    asyncio.run(both())
+    asyncio.run(in_step())
 
 
 def channel_finished(nsqds: list[NSQDProcess], channel: str) -> int:
