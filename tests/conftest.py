@@ -13,6 +13,18 @@ from harness.processes import FAST_SCAN, NSQDProcess, ToolProcess, start_nsqd
 S = TypeVar("S", NSQDProcess, InProcessNSQD)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests allowed to run longest go first, each to the next free worker (make test's --maxschedchunk=1),
+    so that the long ones run beside the short ones instead of one of them running alone at the end."""
+    default = float(config.getini("timeout") or 0)
+
+    def allowed(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("timeout")
+        return float(marker.args[0]) if marker and marker.args else default
+
+    items.sort(key=allowed, reverse=True)  # a stable sort: otherwise in file order
+
+
 def _nsqd_starter(tmp_path: Path, name: str, start: Callable[..., S]) -> Iterator[Callable[..., S]]:
     """Starts nsqds with extra flags, each in a data path of its own; every one is stopped at teardown."""
     started: list[S] = []
