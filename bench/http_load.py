@@ -33,7 +33,7 @@ def run(pool: ProcessPoolExecutor, address: tuple[str, int], path: str, size: in
         duration: float) -> HTTPLoad:
     wrk = wrk_path()
     if wrk is not None:
-        return _run_wrk(wrk, address, path, size, connections, duration)
+        return run_wrk(wrk, address, path, connections, duration, post_size=size)
     start_at = time.time() + 0.5
     futures = [pool.submit(load.http_publish, address, path, size, connections // 2, start_at, duration)
                for _ in range(2)]
@@ -52,12 +52,14 @@ _SCRIPT = 'wrk.method = "POST"\nwrk.body = string.rep("x", {size})\n'
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 
 
-def _run_wrk(wrk: str, address: tuple[str, int], path: str, size: int, connections: int,
-             duration: float) -> HTTPLoad:
+def run_wrk(wrk: str, address: tuple[str, int], path: str, connections: int, duration: float,
+            post_size: int | None = None) -> HTTPLoad:
+    """``wrk -t1``: GET ``path``, or with ``post_size`` POST a body of that many bytes."""
     with tempfile.TemporaryDirectory() as scratch:
         script = Path(scratch) / "post.lua"
-        script.write_text(_SCRIPT.format(size=size))
-        output = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", "--latency", "-s", str(script),
+        script.write_text(_SCRIPT.format(size=post_size))
+        post = ["-s", str(script)] if post_size is not None else []
+        output = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", "--latency", *post,
                                  f"http://{address[0]}:{address[1]}{path}"],
                                 capture_output=True, text=True, check=True).stdout
     total = int(re.search(r"(\d+) requests in", output).group(1))  # type: ignore[union-attr]

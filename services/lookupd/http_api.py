@@ -7,7 +7,6 @@ GET forbid framing; the server does both.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -16,7 +15,7 @@ from shared.http_conventions import HTTPError
 from shared.http_router import NSQ_V1, Request, Response, Router, json_response
 from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 
-from .registration_db import Registration, active
+from .registration_db import COMPACT_JSON, Registration, active
 
 if TYPE_CHECKING:
     from .lookupd import NSQLookupd
@@ -52,7 +51,7 @@ def count_request(lookupd: NSQLookupd, request: Request, response: Response) -> 
 
 
 def _json(document: object) -> Response:
-    return json_response(json.dumps(document, separators=(",", ":")))
+    return json_response(COMPACT_JSON.encode(document))
 
 
 def _arg(request: Request, name: str) -> str:
@@ -96,8 +95,10 @@ class _API:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         producers = active(db.find_producers("topic", topic, ""), time.time(),
                            lookupd.opts.inactive_producer_timeout, lookupd.opts.tombstone_lifetime)
-        return _json({"channels": sorted(r.subkey for r in db.find_registrations("channel", topic, "*")),
-                      "producers": [producer.peer.json(self._external) for producer in producers]})
+        channels = COMPACT_JSON.encode(sorted(r.subkey for r in db.find_registrations("channel", topic, "*")))
+        # each producer's JSON is made once, when first asked for
+        encoded = ",".join(producer.peer.encoded(self._external) for producer in producers)
+        return json_response(f'{{"channels":{channels},"producers":[{encoded}]}}')
 
     def topics(self, request: Request) -> Response:
         db = self._lookupd.db

@@ -9,10 +9,14 @@ removing producers leaves non-ephemeral keys behind (``/topics`` keeps listing a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from shared.protocol.names import is_ephemeral
+
+
+COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 
 
 class Registration(NamedTuple):
@@ -40,6 +44,7 @@ class PeerInfo:
     external_http_port: int = 0
     last_update: float = 0.0  # unix seconds
     tls: bool = False  # registered over TLS (not in NSQ's JSON)
+    _encoded: dict[bool, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def json(self, external: bool = False) -> dict[str, Any]:
         """NSQ's producer shape; ``external``: with the addresses given for clients outside the nsqd's network,
@@ -51,6 +56,14 @@ class PeerInfo:
         return {"remote_address": self.remote_address, "hostname": self.hostname, "broadcast_address": address,
                 "tcp_port": tcp_port, "http_port": http_port, "version": self.version,
                 "topology_zone": self.topology_zone, "topology_region": self.topology_region}
+
+    def encoded(self, external: bool = False) -> str:
+        """``json(external)`` as compact JSON, made once: what it holds does not change after IDENTIFY, and
+        every /lookup of a topic answers it."""
+        encoded = self._encoded.get(external)
+        if encoded is None:
+            encoded = self._encoded[external] = COMPACT_JSON.encode(self.json(external))
+        return encoded
 
 
 @dataclass

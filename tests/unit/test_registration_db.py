@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from services.lookupd.registration_db import PeerInfo, Registration, RegistrationDB, active
 
 
@@ -61,3 +63,16 @@ def test_a_node_back_on_a_new_connection_keeps_its_registrations_when_the_old_on
         db.remove_producer(key, old.id)
     assert db.lookup_registrations(new.id) == keys
     assert [p.peer.id for p in db.find_producers("topic", "t", "")] == [new.id]
+
+
+def test_a_peers_encoded_json_is_its_json_and_each_shape_is_made_once() -> None:
+    peer = PeerInfo(id="10.0.0.5:41234", remote_address="10.0.0.5:41234", hostname="h\u00e9te", broadcast_address="n1",
+                    tcp_port=4150, http_port=4151, version="1.3.0", external_broadcast_address="203.0.113.7",
+                    external_tcp_port=14150)
+    for external in (False, True):
+        assert json.loads(peer.encoded(external)) == peer.json(external)
+        assert peer.encoded(external) == json.dumps(peer.json(external), separators=(",", ":"))
+    assert json.loads(peer.encoded(True))["broadcast_address"] == "203.0.113.7"
+    assert peer.encoded() is peer.encoded()
+    peer.last_update = 99.0  # pings change what the encoding leaves out
+    assert json.loads(peer.encoded())["tcp_port"] == 4150
