@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -11,6 +12,11 @@ from harness.processes import FAST_SCAN, NSQDProcess, ToolProcess, start_nsqd
 
 
 S = TypeVar("S", NSQDProcess, InProcessNSQD)
+
+# the JVMs the tests start (Spark's driver, executors, standalone master and worker) live for seconds: there the
+# C1 compiler alone and the serial collector use a third less CPU than the server defaults, and the test run is
+# CPU-bound on two cores; no test measures Spark's speed
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
