@@ -146,8 +146,9 @@ async def test_the_command_that_creates_a_topic_is_answered_once_the_topic_start
                       "--http-client-connect-timeout=1s", "--http-client-request-timeout=1s", data_path=tmp_path)
     clients: list[WireClient] = []
     try:
-        wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"], what="nsqd identified")
         assert nsqd.http("POST", "/topic/create?topic=existing")[0] == 200
+        # registered: nsqd read lookupd's answer to IDENTIFY, so it knows where to ask for a topic's channels
+        wait_for(lambda: lookupd.http("GET", "/lookup?topic=existing")[0] == 200, what="nsqd registered its topic")
         consumer, producer, other = clients[:] = [await WireClient.connect(nsqd.tcp_address) for _ in range(3)]
         lookupd.process.send_signal(signal.SIGSTOP)  # it accepts connections and answers nothing
         try:
