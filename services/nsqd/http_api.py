@@ -191,14 +191,17 @@ class _API:
             raise HTTPError(500, "INTERNAL_ERROR") from None  # the disk refused it
         return topic.when_started(_OK)
 
+    def _publish_topic(self, request: Request) -> Topic:
+        """The topic to publish to, made if new; the name of one that exists was checked when it was made."""
+        name = request.query.get("topic")
+        topic = self.nsqd.topics.get(name) if name is not None else None
+        return topic if topic is not None else self.nsqd.get_topic(_topic_name(request))
+
     def pub(self, request: Request) -> Response | Awaitable[Response]:
         body = _body(request, "MSG_TOO_BIG")
         if not body:
             raise HTTPError(400, "MSG_EMPTY")
-        name = request.query.get("topic")
-        topic = self.nsqd.topics.get(name) if name is not None else None  # an existing topic's name is valid
-        if topic is None:
-            topic = self.nsqd.get_topic(_topic_name(request))
+        topic = self._publish_topic(request)
         defer_ms = 0
         if "defer" in request.query:
             try:
@@ -213,7 +216,7 @@ class _API:
         opts = self.opts
         if request.content_length is not None and request.content_length > opts.max_body_size:
             raise HTTPError(413, "BODY_TOO_BIG")
-        topic = self.nsqd.get_topic(_topic_name(request))
+        topic = self._publish_topic(request)
         binary = parse_bool(request.query.get("binary")) if "binary" in request.query else False
         if binary is None:
             log.warning("deprecated value '%s' used for /mpub binary param", request.query["binary"])
