@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 from http import HTTPStatus
 from typing import NamedTuple
 from urllib.parse import parse_qsl, unquote
@@ -189,17 +190,26 @@ _TEXT_SNIFFED = b"Content-Type: text/plain; charset=utf-8\r\n"
 
 
 def serialize(response: Response, date: bytes, close: bool) -> bytes:
-    parts = [_STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} status code\r\n".encode()]
-    sniff = bool(response.body)
-    for name, value in sorted(response.headers):
-        parts.append(f"{name}: {value}\r\n".encode("latin-1"))
-        if name == "Content-Type":
-            sniff = False
+    head, typed = _head(response.status, response.headers)
+    parts = [head]
     if close:
         parts.append(b"Connection: close\r\n")
     parts.append(b"Date: %s\r\nContent-Length: %d\r\n" % (date, len(response.body)))
-    if sniff:
+    if response.body and not typed:
         parts.append(_TEXT_SNIFFED)
     parts.append(b"\r\n")
     parts.append(response.body)
     return b"".join(parts)
+
+
+@lru_cache(maxsize=256)
+def _head(status: int, headers: tuple[tuple[str, str], ...]) -> tuple[bytes, bool]:
+    """The status line and the handler's headers, sorted, as bytes, and whether they name a Content-Type: made once
+    for each shape (a JSON answer's headers are always the same), bounded for the few that carry a value of the
+    request's (``Location``)."""
+    parts = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} status code\r\n".encode()]
+    typed = False
+    for name, value in sorted(headers):
+        parts.append(f"{name}: {value}\r\n".encode("latin-1"))
+        typed = typed or name == "Content-Type"
+    return b"".join(parts), typed
