@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.processes import FAST_SCAN, start_nsqd
+from harness.processes import FAST_SCAN, start_nsqd, wait_for_async
 from harness.wire import WireClient
 from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
 
@@ -120,6 +120,9 @@ async def crash_round(data_path: Path, rng: random.Random) -> RoundResult:
         tasks.append(asyncio.create_task(publish_until_killed(nsqd.tcp_address, 3, acknowledged, WORK, deferred)))
         tasks.append(asyncio.create_task(consume_until_killed(nsqd.tcp_address, rng, finished, deferred)))
         await asyncio.sleep(rng.uniform(0.3, 1.0))
+        # on a busy machine that may be too little time for the round to mean anything: then a little longer
+        await wait_for_async(lambda: sum(map(len, acknowledged.values())) > 50, timeout=30,
+                             what="enough acknowledged before the kill")
         nsqd.process.send_signal(signal.SIGKILL)
         await asyncio.gather(*tasks)
     finally:
