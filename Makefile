@@ -19,7 +19,7 @@ up: $(STAMP)
 
 ## run every test: type checks, unit tests, functional tests against real processes, in TEST_WORKERS processes
 ## (4 on 2 cores: most of a test's time is spent waiting on the processes it drives; TEST_WORKERS=0: in this one);
-## each worker is handed one test at a time, longest first (tests/conftest.py); the slowest are listed at the end
+## each worker is handed one test at a time, the Docker cluster's first (tests/conftest.py); the slowest are listed at the end
 TEST_WORKERS ?= 4
 test: $(STAMP) typecheck test-programs
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk=1 --durations=15 $(PYTEST_ARGS)
