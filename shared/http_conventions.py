@@ -15,6 +15,8 @@ NSQ_CONTENT_TYPE = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 # what NSQ's HTTP clients accept: the V1 answer, bare JSON, even from nsqd and lookupd older than 1.0
 ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
+# JSON as NSQ's APIs write it, without spaces; built once (json.dumps with arguments builds an encoder each call)
+COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 
 
 class HTTPError(Exception):
@@ -28,7 +30,7 @@ class HTTPError(Exception):
 
 
 def error_body(code: str, extra: dict[str, Any] | None = None) -> str:
-    return json.dumps({"message": code, **(extra or {})}, separators=(",", ":"))
+    return COMPACT_JSON.encode({"message": code, **(extra or {})})
 
 
 def parse_bool(value: str | None) -> bool | None:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from urllib.parse import parse_qsl, unquote
 
 from shared.http_conventions import (
+    COMPACT_JSON,
     JSON_CONTENT_TYPE,
     error_body,
     fixed_path_candidates,
@@ -50,6 +51,11 @@ class Response:
 def json_response(body: str, status: int = 200, headers: tuple[tuple[str, str], ...] = ()) -> Response:
     """A V1 JSON document (NSQ's ``RespondV1``)."""
     return Response(body.encode(), status, (("Content-Type", JSON_CONTENT_TYPE), *NSQ_V1, *headers))
+
+
+def json_document(document: object) -> Response:
+    """``document`` as a V1 JSON answer."""
+    return json_response(COMPACT_JSON.encode(document))
 
 
 def error_response(status: int, code: str, extra: dict[str, object] | None = None,

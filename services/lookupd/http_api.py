@@ -11,11 +11,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from shared.http_conventions import HTTPError
-from shared.http_router import NSQ_V1, Request, Response, Router, json_response
+from shared.http_conventions import COMPACT_JSON, HTTPError
+from shared.http_router import NSQ_V1, Request, Response, Router, json_document, json_response
 from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 
-from .registration_db import COMPACT_JSON, Registration, active
+from .registration_db import Registration, active
 
 if TYPE_CHECKING:
     from .lookupd import NSQLookupd
@@ -50,10 +50,6 @@ def count_request(lookupd: NSQLookupd, request: Request, response: Response) -> 
     counts[(path, response.status)] = counts.get((path, response.status), 0) + 1
 
 
-def _json(document: object) -> Response:
-    return json_response(COMPACT_JSON.encode(document))
-
-
 def _arg(request: Request, name: str) -> str:
     value = request.query.get(name)
     if value is None:
@@ -85,7 +81,7 @@ class _API:
         return _OK
 
     def info(self, request: Request) -> Response:
-        return _json({"version": self._lookupd.version})
+        return json_document({"version": self._lookupd.version})
 
     def lookup(self, request: Request) -> Response:
         lookupd = self._lookupd
@@ -102,12 +98,12 @@ class _API:
 
     def topics(self, request: Request) -> Response:
         db = self._lookupd.db
-        return _json({"topics": sorted(r.key for r in db.find_registrations("topic", "*", ""))})
+        return json_document({"topics": sorted(r.key for r in db.find_registrations("topic", "*", ""))})
 
     def channels(self, request: Request) -> Response:
         topic = _arg(request, "topic")
         db = self._lookupd.db
-        return _json({"channels": sorted(r.subkey for r in db.find_registrations("channel", topic, "*"))})
+        return json_document({"channels": sorted(r.subkey for r in db.find_registrations("channel", topic, "*"))})
 
     def nodes(self, request: Request) -> Response:
         lookupd = self._lookupd
@@ -120,7 +116,7 @@ class _API:
             tombstones = [db.registrations[Registration("topic", name, "")][producer.peer.id]
                           .tombstoned(now, lookupd.opts.tombstone_lifetime) for name in topic_names]
             result.append({**producer.peer.json(self._external), "tombstones": tombstones, "topics": topic_names})
-        return _json({"producers": result})
+        return json_document({"producers": result})
 
     def debug(self, request: Request) -> Response:
         db = self._lookupd.db
@@ -133,7 +129,7 @@ class _API:
                 "last_update": int(p.peer.last_update * 1e9), "tombstoned": p.tombstoned_at is not None,
                 "tombstoned_at": int(p.tombstoned_at * 1e9) if p.tombstoned_at is not None else 0,
             } for p in producers.values()]
-        return _json(data)
+        return json_document(data)
 
     def metrics(self, request: Request) -> Response:
         body, content_type = self._lookupd.metrics.render()

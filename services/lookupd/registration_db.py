@@ -9,14 +9,11 @@ removing producers leaves non-ephemeral keys behind (``/topics`` keeps listing a
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from shared.http_conventions import COMPACT_JSON
 from shared.protocol.names import is_ephemeral
-
-
-COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 
 
 class Registration(NamedTuple):

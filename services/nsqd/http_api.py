@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from shared.flags import parse_duration
-from shared.http_conventions import HTTPError, parse_bool
-from shared.http_router import NSQ_V1, Request, Response, Router, json_response
+from shared.http_conventions import COMPACT_JSON, HTTPError, parse_bool
+from shared.http_router import NSQ_V1, Request, Response, Router, json_document, json_response
 from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import split_mpub
 from shared.protocol.errors import FatalClientError
@@ -65,10 +64,6 @@ def tls_required(nsqd: NSQD) -> Response:
     """With ``--tls-required=true`` plain HTTP only says where HTTPS is, as NSQ does."""
     body = f'{{"message": "TLS_REQUIRED", "https_port": {nsqd.https_address[1]}}}'
     return json_response(body, 403)
-
-
-def _json(document: object) -> Response:
-    return json_response(json.dumps(document, separators=(",", ":")))
 
 
 def _topic_name(request: Request, invalid_code: str = "INVALID_TOPIC") -> str:
@@ -151,7 +146,7 @@ class _API:
 
     def info(self, request: Request) -> Response:
         nsqd, opts = self.nsqd, self.opts
-        return _json({
+        return json_document({
             "version": VERSION, "broadcast_address": opts.broadcast_address, "hostname": nsqd.hostname,
             "http_port": nsqd.http_address[1], "tcp_port": nsqd.tcp_address[1], "start_time": nsqd.start_time,
             "max_heartbeat_interval": int(opts.max_heartbeat_interval * 1e9),
@@ -170,7 +165,7 @@ class _API:
         document = stats.collect(self.nsqd, query.get("topic") or None, query.get("channel") or None,
                                  include_clients is not False, include_mem is not False)
         if query.get("format") == "json":
-            return _json(document)
+            return json_document(document)
         return Response(stats.render_text(self.nsqd, document).encode(), headers=NSQ_V1)
 
     def metrics(self, request: Request) -> Response:
@@ -328,7 +323,7 @@ class _API:
         topic, name = self._existing_channel(request)
         count = _count(request, "n")
         moved = topic.channels[name].replay(count if count is not None else 1 << 62)
-        return _json({"replayed": moved})
+        return json_document({"replayed": moved})
 
     async def channel_pause(self, request: Request) -> Response:
         topic, name = self._existing_channel(request)
@@ -367,7 +362,7 @@ class _API:
                 await nsqd.set_lookupd_addresses(address_list(body))
             else:
                 self._set_option(name, body)
-        return _json(option_value(nsqd.opts, name))
+        return json_document(option_value(nsqd.opts, name))
 
     def _set_option(self, name: str, body: bytes) -> None:
         if name != "log_level":
@@ -391,4 +386,4 @@ def _messages_json(entries: list[QueuedMessage]) -> str:
     # IDs are 16 ASCII hex digits, as NSQ's; "replace" keeps the answer JSON should a damaged file say otherwise
     messages = [{"id": msg_id.decode("ascii", "replace"), "timestamp": timestamp, "attempts": attempts,
                  "body": base64.b64encode(body).decode("ascii")} for msg_id, body, timestamp, attempts in entries]
-    return json.dumps({"messages": messages}, separators=(",", ":"))
+    return COMPACT_JSON.encode({"messages": messages})
