@@ -4,30 +4,50 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test typecheck unit test-programs bench clean wheels
+.PHONY: up compile test typecheck unit test-programs bench clean wheels
 
-$(STAMP): pyproject.toml shared/version.py
+$(STAMP): pyproject.toml setup.py shared/version.py
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,fast,pipeline]'
+	NSQ_PY_COMPILE=0 $(BIN)/pip install --quiet -e '.[dev,fast,pipeline]'
 	touch $(STAMP)
 
+## the modules every message passes through, compiled with mypyc (setup.py) beside their sources, where Python
+## imports them first; rebuilt when a source changes (a compiled module whose C came out the same is up to date,
+## hence the touch). Without a C compiler nothing is compiled. COMPILE=0: pure Python, compiled modules removed
+COMPILE ?= 1
+COMPILED := $(VENV)/.compiled
+COMPILED_MODULES = find shared services -name '*.cpython-*.so'
+$(COMPILED): $(STAMP) setup.py $(wildcard shared/*.py shared/*/*.py services/nsqd/*.py)
+	$(BIN)/python setup.py --quiet build_ext --inplace >$(VENV)/compile.log 2>&1 \
+	  || { cat $(VENV)/compile.log; exit 1; }
+	$(COMPILED_MODULES) -exec touch {} +
+	$(BIN)/python -c 'from shared import compiled; print(compiled.describe())'
+	touch $@
+
+ifeq ($(COMPILE),0)
+compile:
+	rm -f $(COMPILED); $(COMPILED_MODULES) -delete
+else
+compile: $(COMPILED)
+endif
+
 ## start the cluster in the foreground: nsqlookupd on 4160/4161, nsqd on 4150/4151 and 4250/4251 (Ctrl-C stops it)
-up: $(STAMP)
+up: $(STAMP) compile
 	$(BIN)/python deploy/run_local.py $(if $(DATA_PATH),--data-path=$(DATA_PATH)) $(ARGS)
 
 ## run every test: type checks, unit tests, functional tests against real processes, in TEST_WORKERS processes
 ## (4 on 2 cores: most of a test's time is spent waiting on the processes it drives; TEST_WORKERS=0: in this one);
 ## each worker is handed one test at a time, the Docker cluster's first (tests/conftest.py); the slowest are listed at the end
 TEST_WORKERS ?= 4
-test: $(STAMP) typecheck test-programs
+test: $(STAMP) compile typecheck test-programs
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk=1 --durations=15 $(PYTEST_ARGS)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) compile
 	$(BIN)/pytest -q tests/unit
 
 ## Debian's packages some tests drive: chromium for the admin's browser tests (Playwright drives it and never
@@ -47,13 +67,13 @@ test-programs:
 ## package index (OFFLINE=1); the pipeline's (PySpark, pyarrow) apart, so the services image does not carry them
 wheels: $(STAMP)
 	rm -rf deploy/wheels/services deploy/wheels/pipeline
-	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/services '.[fast]' 'setuptools>=68'
-	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/pipeline --find-links deploy/wheels/services '.[fast,pipeline]'
+	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/services '.[fast]' 'setuptools>=68'
+	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/pipeline --find-links deploy/wheels/services '.[fast,pipeline]'
 	cd deploy/wheels/pipeline && for wheel in *.whl; do if [ -e "../services/$$wheel" ]; then rm "$$wheel"; fi; done
 
 ## throughput benchmark (see bench/README.md)
-bench: $(STAMP)
+bench: $(STAMP) compile
 	$(BIN)/python -m bench.run $(ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache build; $(COMPILED_MODULES) -delete

@@ -1,7 +1,8 @@
 """The line every benchmark figure is printed under: which machine, and how fast one of its cores runs Python.
 
 Speed differs between machines of one kind (the same nsqd spends three times the CPU per message on a slower core),
-so a figure means something only beside this line, and ratios only between runs of one sitting."""
+so a figure means something only beside this line, and ratios only between runs of one sitting. It also says
+which build of the checkout ran: compiled (`make compile`) or pure Python."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 import platform
 import time
 from pathlib import Path
+
+from shared import compiled
 
 LOOP = 10_000_000
 
@@ -36,4 +39,4 @@ def cpu_model() -> str:
 
 def machine_line() -> str:
     return (f"machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-            f"10M-add loop {core_seconds():.2f} s on one core")
+            f"10M-add loop {core_seconds():.2f} s on one core; this checkout: {compiled.describe()}")

@@ -8,6 +8,7 @@ from typing import TypeVar
 import pytest
 
 from harness.in_process import InProcessNSQD
+from shared import compiled
 from harness.processes import FAST_SCAN, NSQDProcess, ToolProcess, start_nsqd
 
 
@@ -17,6 +18,13 @@ S = TypeVar("S", NSQDProcess, InProcessNSQD)
 # C1 compiler alone and the serial collector use a third less CPU than the server defaults, and the test run is
 # CPU-bound on two cores; no test measures Spark's speed
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Python would run a compiled module older than its source, and the tests would test what is no longer there."""
+    if stale := compiled.out_of_date():
+        names = ", ".join(str(source.relative_to(compiled.ROOT)) for source in stale)
+        pytest.exit(f"compiled before their last change: {names}; `make compile` (or `make compile COMPILE=0`)", 2)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

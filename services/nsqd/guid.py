@@ -11,6 +11,7 @@ the IDs stay unique and increasing and the publisher never waits.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 TWEPOCH = 1288834974288
 _NODE_SHIFT = 12
@@ -22,15 +23,16 @@ _SEQUENCE_HEX = b"".join(f"{sequence:03x}".encode() for sequence in range(4096))
 
 
 class GuidFactory:
-    def __init__(self, node_id: int) -> None:
+    def __init__(self, node_id: int, clock: Callable[[], int] = time.time_ns) -> None:
         self._node_bits = node_id << _NODE_SHIFT
+        self._clock = clock  # unix ns
         self._tick = -1
         self._sequence = 0
         self._prefix = b""
 
     def next_ids(self, count: int) -> list[bytes]:
         """``count`` new IDs, in increasing order."""
-        tick = time.time_ns() >> 20
+        tick = self._clock() >> 20
         if tick > self._tick:
             self._start_tick(tick)
         ids: list[bytes] = []
@@ -47,7 +49,7 @@ class GuidFactory:
 
     def next_id(self) -> bytes:
         """One new ID: ``next_ids(1)[0]``, without building a list."""
-        tick = time.time_ns() >> 20
+        tick = self._clock() >> 20
         if tick > self._tick:
             self._start_tick(tick)
         elif self._sequence == 4096:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from itertools import islice
-from typing import Callable
+from typing import Callable, ClassVar
 
 from .backend import Backend
 from .deferred_store import DeferredStore
@@ -49,7 +49,7 @@ def nobody_takes(entries: list[QueuedMessage]) -> int:
 
 class MessageQueue:
     # whether the backend keeps what it hands out until it is released
-    keeps_until_finished = False
+    keeps_until_finished: ClassVar[bool] = False
 
     def __init__(self, backend: Backend, memory_size: int, deferred: DeferredStore, health: Health,
                  forget: Callable[[Backend], None]) -> None:
@@ -225,7 +225,7 @@ class MemoryFirstQueue(MessageQueue):
 class DiskThroughQueue(MessageQueue):
     """Every message through the disk queue, held there until it is finished (the backend holds what it reads)."""
 
-    keeps_until_finished = True
+    keeps_until_finished: ClassVar[bool] = True
 
     def _put(self, entries: list[QueuedMessage], take_now: TakeNow, refuse: bool) -> int:
         # take_now is not asked: consumers get every message from the disk (Channel._drain), none directly

@@ -25,22 +25,20 @@ import logging
 import ssl
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Awaitable, Iterator, Protocol, cast
+from typing import Awaitable, Iterator, Protocol, cast
 
 from shared.addresses import join_host_port
 from shared.protocol.compression import Codec, CompressionError
 from shared.protocol.errors import ClientError, ProtocolError
 from shared.protocol.session_v2 import Limits, Request, SessionV2
 
+from .auth_client import AuthClient
+from .busy_poll import BusyPoll
 from .client import Client, ClientDefaults, EndOfTurnFlush
 from .commands_v2 import HANDLERS
 from .heartbeat import Heartbeats
+from .options import Options
 from .topic import Topic
-
-if TYPE_CHECKING:
-    from .auth_client import AuthClient
-    from .busy_poll import BusyPoll
-    from .options import Options
 
 log = logging.getLogger("nsqd")
 

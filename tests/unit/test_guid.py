@@ -1,6 +1,6 @@
 """Message IDs: 16 lowercase hex characters of ((ts - twepoch) << 22) | (node << 12) | sequence.
 
-The factory reads the clock through ``time.time_ns``; tests give it a clock they move by hand.
+The factory reads its clock (``time.time_ns`` unless given another); tests give it one they move by hand.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from services.nsqd import guid
 from services.nsqd.guid import TWEPOCH, GuidFactory
 
 ID = re.compile(rb"[0-9a-f]{16}")
@@ -28,10 +27,8 @@ class Clock:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    fake = Clock(START_TICK)
-    monkeypatch.setattr(guid, "time", fake)
-    return fake
+def clock() -> Clock:
+    return Clock(START_TICK)
 
 
 def fields(msg_id: bytes) -> tuple[int, int, int]:
@@ -57,7 +54,7 @@ def test_real_clock_ids_decode_to_about_now() -> None:
 
 @pytest.mark.parametrize("node_id", [0, 1, 511, 1023])
 def test_layout_decodes_back(clock: Clock, node_id: int) -> None:
-    ids = GuidFactory(node_id).next_ids(3)
+    ids = GuidFactory(node_id, clock.time_ns).next_ids(3)
     assert [fields(msg_id) for msg_id in ids] == [(START_TICK, node_id, sequence) for sequence in range(3)]
     expected = ((START_TICK - TWEPOCH) << 22) | (node_id << 12)
     assert ids[0] == f"{expected:016x}".encode()
@@ -71,7 +68,7 @@ def test_ids_strictly_increase_with_a_real_clock() -> None:
 
 
 def test_more_than_4096_in_one_tick_are_unique_and_increasing(clock: Clock) -> None:
-    factory = GuidFactory(3)
+    factory = GuidFactory(3, clock.time_ns)
     ids = factory.next_ids(4096 * 3 + 10)
     assert len(set(ids)) == len(ids)
     assert all(a < b for a, b in zip(ids, ids[1:]))
@@ -83,14 +80,14 @@ def test_more_than_4096_in_one_tick_are_unique_and_increasing(clock: Clock) -> N
 
 
 def test_one_at_a_time_past_a_full_tick(clock: Clock) -> None:
-    factory = GuidFactory(3)
+    factory = GuidFactory(3, clock.time_ns)
     ids = [factory.next_id() for _ in range(5000)]
     assert all(a < b for a, b in zip(ids, ids[1:]))
     assert fields(ids[4096]) == (START_TICK + 1, 3, 0)
 
 
 def test_sequence_restarts_on_a_new_tick(clock: Clock) -> None:
-    factory = GuidFactory(9)
+    factory = GuidFactory(9, clock.time_ns)
     first = factory.next_ids(10)
     clock.tick += 1
     second = factory.next_ids(2)
@@ -99,7 +96,7 @@ def test_sequence_restarts_on_a_new_tick(clock: Clock) -> None:
 
 
 def test_clock_going_backwards_keeps_ids_increasing(clock: Clock) -> None:
-    factory = GuidFactory(2)
+    factory = GuidFactory(2, clock.time_ns)
     first = factory.next_ids(5)
     clock.tick -= 1000
     second = factory.next_ids(5)
@@ -108,7 +105,7 @@ def test_clock_going_backwards_keeps_ids_increasing(clock: Clock) -> None:
 
 
 def test_borrowed_ticks_are_not_reused_when_the_clock_catches_up(clock: Clock) -> None:
-    factory = GuidFactory(4)
+    factory = GuidFactory(4, clock.time_ns)
     borrowed = factory.next_ids(4096 * 2 + 1)  # ends in START_TICK + 2
     clock.tick += 1  # the clock reaches a tick already used up
     later = factory.next_ids(3)
@@ -119,23 +116,23 @@ def test_borrowed_ticks_are_not_reused_when_the_clock_catches_up(clock: Clock) -
 
 
 def test_factories_with_different_nodes_never_collide(clock: Clock) -> None:
-    a, b = GuidFactory(1), GuidFactory(2)
+    a, b = GuidFactory(1, clock.time_ns), GuidFactory(2, clock.time_ns)
     ids_a, ids_b = a.next_ids(5000), b.next_ids(5000)
     assert not set(ids_a) & set(ids_b)
 
 
 def test_each_factory_counts_on_its_own(clock: Clock) -> None:
     # NSQ has one factory per topic: IDs are unique per (node, topic), not across topics
-    a, b = GuidFactory(1), GuidFactory(1)
+    a, b = GuidFactory(1, clock.time_ns), GuidFactory(1, clock.time_ns)
     assert a.next_ids(2) == b.next_ids(2)
 
 
 def test_zero_ids(clock: Clock) -> None:
-    factory = GuidFactory(1)
+    factory = GuidFactory(1, clock.time_ns)
     assert factory.next_ids(0) == []
     assert fields(factory.next_id())[2] == 0
 
 
 def test_next_id_continues_the_sequence_of_next_ids(clock: Clock) -> None:
-    one_by_one, batched = GuidFactory(5), GuidFactory(5)
+    one_by_one, batched = GuidFactory(5, clock.time_ns), GuidFactory(5, clock.time_ns)
     assert [one_by_one.next_id() for _ in range(9000)] == batched.next_ids(9000)
