@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml setup.py shared/version.py
 COMPILE ?= 1
 COMPILED := $(VENV)/.compiled
 COMPILED_MODULES = find shared services -name '*.cpython-*.so'
-$(COMPILED): $(STAMP) setup.py $(wildcard shared/*.py shared/*/*.py services/nsqd/*.py)
+$(COMPILED): $(STAMP) setup.py $(wildcard shared/*.py shared/*/*.py services/*/*.py)
+	$(COMPILED_MODULES) -delete  # one no longer listed in setup.py would stay in the way of its source
 	$(BIN)/python setup.py --quiet build_ext --inplace >$(VENV)/compile.log 2>&1 \
 	  || { cat $(VENV)/compile.log; exit 1; }
 	$(COMPILED_MODULES) -exec touch {} +

@@ -10,8 +10,8 @@ import os
 from setuptools import Extension, setup
 
 # from the socket to a channel and back: protocol V2's parser and session, nsqd's connection, topics, channels,
-# queues and clients; and lookupd's parser, which shares the parser's base class (a compiled class cannot be
-# subclassed by an interpreted one)
+# queues and clients; the HTTP server nsqd and lookupd share, with nsqd's API; lookupd's protocol, registrations
+# and API (its parser shares the V2 parser's base class, and a compiled class cannot have interpreted subclasses)
 COMPILED = [
     "shared/protocol/commands.py",
     "shared/protocol/frames.py",
@@ -27,6 +27,13 @@ COMPILED = [
     "services/nsqd/message_queue.py",
     "services/nsqd/protocol_v2.py",
     "services/nsqd/topic.py",
+    "shared/http_conventions.py",
+    "shared/http_router.py",
+    "shared/http_server.py",
+    "services/nsqd/http_api.py",
+    "services/lookupd/http_api.py",
+    "services/lookupd/protocol_v1.py",
+    "services/lookupd/registration_db.py",
 ]
 
 
