@@ -11,7 +11,9 @@ as a separate process and watches nsqd's channel until every event is FIN'd (wri
   lookupd, into ``writeStream.format("parquet")`` with only a path and a checkpoint (Spark's default trigger).
 
 Prints msg/s over the whole run (the job's start included) and in steady state (from 10 % of the events finished
-to the last), the CPU the job's processes and nsqd spent, and the job's own progress lines. ``--job-args`` adds
+to the last), the CPU the job's processes and nsqd spent, and the job's own progress lines. ``--compare-rate``
+then runs the same archive job (``nsq_to_parquet``'s query, session and defaults) on as many rows from Spark's own
+``rate-micro-batch`` source (``bench.rate_archive``), so that the ratio says what reading from nsqd costs it. ``--job-args`` adds
 flags to the job (tuned settings: a second line, never the headline). The load generator here is the backlog
 itself: its fill rate is printed first, and nsqd hands a plain consumer that backlog at hundreds of thousands of
 messages per second (``bench.run`` phase c), far above what is measured here.
@@ -101,7 +103,8 @@ def process_tree_cpu(root: int) -> float:
 
 
 def watch(nodes: list[NSQDProcess], channel: str, messages: int, job: subprocess.Popen[bytes],
-          timeout: float) -> None:
+          timeout: float) -> float:
+    """Waits until every event is FIN'd; prints the rates and CPU, returns the steady-state rate."""
     started = time.perf_counter()
     nsqd_cpu = sum(cpu_seconds(nsqd.process.pid) for nsqd in nodes)
     steady_from: tuple[float, int] | None = None
@@ -120,11 +123,28 @@ def watch(nodes: list[NSQDProcess], channel: str, messages: int, job: subprocess
     job_cpu = process_tree_cpu(job.pid)  # the JVM and Spark's Python workers live as long as the job
     nsqd_cpu = sum(cpu_seconds(nsqd.process.pid) for nsqd in nodes) - nsqd_cpu
     print(f"{done:,} FIN'd in {end - started:.1f}s: {done / (end - started):,.0f} msg/s (the job's start included)")
+    steady = 0.0
     if steady_from is not None and end > steady_from[0]:
         steady = (done - steady_from[1]) / (end - steady_from[0])
         print(f"steady state (10 % finished to the last): {steady:,.0f} msg/s")
     print(f"CPU per million messages: the job {job_cpu / max(done, 1) * 1e6:.1f} s, "
           f"nsqd {nsqd_cpu / max(done, 1) * 1e6:.1f} s")
+    return steady
+
+
+def rate_fed(messages: int, workdir: Path, extra: list[str], env: dict[str, str]) -> float:
+    """``bench.rate_archive``: the same job and settings fed by Spark's own source; its steady-state rows/s."""
+    command = [sys.executable, "-m", "bench.rate_archive", "--rows", str(messages),
+               f"--output-dir={workdir / 'rate-archive'}", f"--checkpoint-dir={workdir / 'rate-checkpoint'}", *extra]
+    print("$", shlex.join(command[:3]), "(nsq_to_parquet's query and defaults on Spark's rate-micro-batch source)",
+          flush=True)
+    result = subprocess.run(command, cwd=workdir, env=env, stdout=subprocess.PIPE, text=True, check=True)
+    line = result.stdout.strip().splitlines()[-1]  # rows <n> seconds <s> steady <rows/s> batches <n>
+    fields = dict(zip(line.split()[::2], line.split()[1::2]))
+    rows, seconds, steady = int(fields["rows"]), float(fields["seconds"]), float(fields["steady"])
+    print(f"{rows:,} rows written in {seconds:.1f}s: {rows / seconds:,.0f} rows/s (its query's start included)")
+    print(f"steady state (10 % written to the last): {steady:,.0f} rows/s, in {fields['batches']} micro-batches")
+    return steady
 
 
 def main() -> None:
@@ -134,6 +154,8 @@ def main() -> None:
     parser.add_argument("--nsqd", type=int, default=1, help="how many nsqd the events are spread over")
     parser.add_argument("--job-args", default="", help="extra flags for the job (tuned settings)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for every event")
+    parser.add_argument("--compare-rate", action="store_true",
+                        help="then the same archive job fed by Spark's own rate source (--job parquet)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as directory:
@@ -157,7 +179,7 @@ def main() -> None:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             job = subprocess.Popen(command, cwd=workdir, env=env, start_new_session=True)
             try:
-                watch(nodes, CHANNELS[args.job], args.messages, job, args.timeout)
+                fed_by_nsq = watch(nodes, CHANNELS[args.job], args.messages, job, args.timeout)
             finally:
                 job.send_signal(signal.SIGTERM)  # as Ctrl-C or docker stop would: the job stops its JVM itself
                 try:
@@ -165,6 +187,10 @@ def main() -> None:
                 except subprocess.TimeoutExpired:
                     os.killpg(job.pid, signal.SIGKILL)
                     job.wait()
+            if args.compare_rate and args.job == "parquet":
+                fed_by_rate = rate_fed(args.messages, workdir, shlex.split(args.job_args), env)
+                print(f"the archive fed by nsqd, against the same job fed by Spark's rate source (steady state): "
+                      f"{fed_by_nsq / fed_by_rate:.2f}x", flush=True)
         finally:
             for nsqd in nodes:
                 nsqd.stop()

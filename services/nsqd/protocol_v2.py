@@ -23,22 +23,22 @@ import asyncio
 import itertools
 import logging
 import ssl
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Awaitable, Iterator, Protocol, cast
+from typing import TYPE_CHECKING, Awaitable, Iterator, Protocol, cast
 
 from shared.addresses import join_host_port
 from shared.protocol.compression import Codec, CompressionError
 from shared.protocol.errors import ClientError, ProtocolError
 from shared.protocol.session_v2 import Limits, Request, SessionV2
 
-from .auth_client import AuthClient
-from .busy_poll import BusyPoll
 from .client import Client, ClientDefaults, EndOfTurnFlush
 from .commands_v2 import HANDLERS
 from .heartbeat import Heartbeats
-from .options import Options
 from .topic import Topic
+
+if TYPE_CHECKING:  # the auth client brings aiohttp, imported only once a configuration asks for it
+    from .auth_client import AuthClient
+    from .busy_poll import BusyPoll
+    from .options import Options
 
 log = logging.getLogger("nsqd")
 
@@ -55,23 +55,21 @@ class Broker(Protocol):
     def disconnected(self, connection: ConnectionV2) -> None: ...
 
 
-@dataclass(frozen=True)
 class ListenerContext:
-    """What every connection of the TCP listener shares: settings and the services they use."""
+    """What every connection of the TCP listener shares: settings and the services they use. (A plain class: a
+    compiled dataclass would need the types of its fields imported at run time.)"""
 
-    opts: Options
-    client_defaults: ClientDefaults
-    tls_context: ssl.SSLContext | None
-    auth_client: AuthClient | None
-    flush: EndOfTurnFlush
-    busy_poll: BusyPoll
-
-    @cached_property
-    def limits(self) -> Limits:
-        """The flags each connection's session checks commands against (built once)."""
-        opts = self.opts
-        return Limits(opts.max_msg_size, opts.max_body_size, opts.max_rdy_count, int(opts.max_req_timeout * 1000),
-                      opts.tls_required != "false", self.auth_client is not None)
+    def __init__(self, opts: Options, client_defaults: ClientDefaults, tls_context: ssl.SSLContext | None,
+                 auth_client: AuthClient | None, flush: EndOfTurnFlush, busy_poll: BusyPoll) -> None:
+        self.opts = opts
+        self.client_defaults = client_defaults
+        self.tls_context = tls_context
+        self.auth_client = auth_client
+        self.flush = flush
+        self.busy_poll = busy_poll
+        # the flags each connection's session checks commands against
+        self.limits = Limits(opts.max_msg_size, opts.max_body_size, opts.max_rdy_count,
+                             int(opts.max_req_timeout * 1000), opts.tls_required != "false", auth_client is not None)
 
 
 class ConnectionV2(asyncio.Protocol):

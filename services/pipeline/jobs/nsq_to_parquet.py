@@ -40,9 +40,14 @@ def messages(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
 
 
 def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
+    return write_archive(messages(spark, args), args)
+
+
+def write_archive(messages: DataFrame, args: argparse.Namespace) -> StreamingQuery:
+    """The archive of any stream with the ``nsq`` source's columns, started (the benchmark feeds it another)."""
     from services.pipeline.transforms import for_archive
 
-    archive = for_archive(messages(spark, args), args.watermark)
+    archive = for_archive(messages, args.watermark)
     writer = (archive.writeStream.format("parquet").option("path", args.output_dir)
               .option("checkpointLocation", args.checkpoint_dir).partitionBy("topic", "date", "hour"))
     return with_trigger(writer, args).queryName("nsq_to_parquet").start()
