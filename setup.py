@@ -10,7 +10,7 @@ import os
 from setuptools import Extension, setup
 
 # from the socket to a channel and back: protocol V2's parser and session, nsqd's connection, topics, channels,
-# queues and clients; the HTTP server nsqd and lookupd share, with nsqd's API; lookupd's protocol, registrations
+# queues (with the disk queue and its files) and clients; the HTTP server nsqd and lookupd share, with nsqd's API; lookupd's protocol, registrations
 # and API (its parser shares the V2 parser's base class, and a compiled class cannot have interpreted subclasses)
 COMPILED = [
     "shared/protocol/commands.py",
@@ -27,6 +27,13 @@ COMPILED = [
     "services/nsqd/message_queue.py",
     "services/nsqd/protocol_v2.py",
     "services/nsqd/topic.py",
+    "services/nsqd/deferred_store.py",
+    "services/nsqd/disk_queue.py",
+    "services/nsqd/disk_queue_meta.py",
+    "services/nsqd/held_records.py",
+    "services/nsqd/queue_cap.py",
+    "services/nsqd/segment_files.py",
+    "services/nsqd/storage.py",
     "shared/http_conventions.py",
     "shared/http_router.py",
     "shared/http_server.py",

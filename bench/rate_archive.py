@@ -56,6 +56,7 @@ def main(argv: list[str]) -> None:
         if steady_from is None and written >= rows // 10:
             steady_from = (time.perf_counter(), written)
     end = time.perf_counter()
+    spark.sparkContext.setLogLevel("OFF")  # stopping interrupts the next batch, which Spark reports at length
     query.stop()
     steady = (written - steady_from[1]) / (end - steady_from[0]) if steady_from and end > steady_from[0] else 0.0
     print(f"rows {written} seconds {end - started:.1f} steady {steady:.0f} batches {len(committed)}", flush=True)

@@ -367,7 +367,7 @@ class DiskQueue:
         self._unsynced = 0
         # its own descriptor: the queue may close or roll its file while the job runs
         fd = os.dup(self._write_fd) if self._write_fd is not None else None
-        snapshot = Positions(**vars(self._positions))
+        snapshot = replace(self._positions)
         if self._held:
             snapshot.read_file, snapshot.read_pos, read_again = self._start_of_held()
             snapshot.depth += read_again

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from dataclasses import astuple
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -320,7 +321,7 @@ def test_a_holding_queue_drops_without_holding_what_it_dropped(tmp_path: Path) -
 def state(queue: DiskQueue, path: Path) -> tuple[object, ...]:
     """Everything a peek must leave as it was: positions, what is held and unsynced, the files."""
     held = queue._held
-    return (vars(queue._positions).copy(), held and dict(held._held), held and held._read_count, queue._unsynced,
+    return (astuple(queue._positions), held and dict(held._held), held and held._read_count, queue._unsynced,
             sorted(p.name for p in path.iterdir()))
 
 
