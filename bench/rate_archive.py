@@ -4,7 +4,7 @@ costs nothing. ``python -m bench.rate_archive --rows N --output-dir D --checkpoi
 
 The rows are the ``nsq`` source's (``message_id``, a 200-byte ``body``, ``timestamp``, ``attempts``,
 ``nsqd_address``, ``topic``) made by Spark's ``rate-micro-batch`` source, as many per micro-batch as the ``nsq``
-source reads at its defaults; from there on it is the job itself: ``nsq_to_parquet``'s parser and defaults, its
+source takes at most with the same settings (``stream_reader.batch_limit``: half its window); from there on it is the job itself: ``nsq_to_parquet``'s parser and defaults, its
 Spark session, its deduplication and its Parquet sink (``nsq_to_parquet.write_archive``). Prints one line:
 ``rows <n> seconds <whole run> steady <rows/s from 10 % of the rows to the last>``.
 """
@@ -17,9 +17,10 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from services.pipeline.jobs import nsq_to_parquet
-from services.pipeline.options import NSQOptions
+from services.pipeline.jobs import nsq_to_parquet, source_options
+from services.pipeline.options import parse_options
 from services.pipeline.session import spark_session
+from services.pipeline.stream_reader import batch_limit
 
 SIZE = 200
 
@@ -40,10 +41,11 @@ def rate_rows(spark: SparkSession, rows_per_batch: int) -> DataFrame:
 def main(argv: list[str]) -> None:
     rows = int(argv[argv.index("--rows") + 1])
     job_argv = [arg for index, arg in enumerate(argv) if arg != "--rows" and (index == 0 or argv[index - 1] != "--rows")]
-    args = nsq_to_parquet.parser().parse_args(["--topic=events", *job_argv])
+    # an nsqd address only because the job's parser asks for one: nothing connects to it
+    args = nsq_to_parquet.parser().parse_args(["--topic=events", "--nsqd-tcp-address=127.0.0.1:4150", *job_argv])
     spark = spark_session(args.master, "nsq_to_parquet")
     spark.sparkContext.setLogLevel(args.log_level)
-    per_batch = args.max_messages_per_batch or NSQOptions.max_messages_per_batch
+    per_batch = batch_limit(parse_options(source_options(args, "events")))  # what the nsq source takes a batch
     query = nsq_to_parquet.write_archive(rate_rows(spark, per_batch), args)
     started, written, steady_from = time.perf_counter(), 0, None
     committed: dict[int, int] = {}  # rows per batch, from the progress Spark reports once a batch is committed
