@@ -1,17 +1,20 @@
 """The build's one addition to pyproject.toml: the modules every message passes through, compiled with mypyc.
 
-Compiled, they cost nsqd about a quarter less CPU per message (bench/README.md); the package is the same either
-way. Without mypy in the build environment, without a C compiler, or with NSQ_PY_COMPILE=0, the build is pure
+Compiled, the Python part of a PUB in nsqd takes 5.3 µs instead of 7.5 (README.md, Performance); the package is
+the same either way. Without mypy in the build environment, without a C compiler, or with NSQ_PY_COMPILE=0, the build is pure
 Python. `make compile` builds them beside their sources, where Python imports them before the ``.py``.
 """
 
 import os
+import shutil
+import sysconfig
 
 from setuptools import Extension, setup
 
 # from the socket to a channel and back: protocol V2's parser and session, nsqd's connection, topics, channels,
-# queues (with the disk queue and its files) and clients; the HTTP server nsqd and lookupd share, with nsqd's API; lookupd's protocol, registrations
-# and API (its parser shares the V2 parser's base class, and a compiled class cannot have interpreted subclasses)
+# queues (the disk queue and its files too) and clients; the HTTP server nsqd and lookupd share, nsqd's HTTP API;
+# lookupd's protocol, registrations and API (its parser shares the V2 parser's base class, and a compiled class
+# cannot have interpreted subclasses)
 COMPILED = [
     "shared/protocol/commands.py",
     "shared/protocol/frames.py",
@@ -45,8 +48,9 @@ COMPILED = [
 
 
 def compiled_extensions() -> list[Extension]:
-    if os.environ.get("NSQ_PY_COMPILE") == "0":
-        return []
+    compiler = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    if os.environ.get("NSQ_PY_COMPILE") == "0" or not shutil.which(compiler):
+        return []  # without a compiler, not even mypyc's analysis (half a minute)
     try:
         from mypyc.build import mypycify
     except ImportError:
