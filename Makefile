@@ -15,13 +15,13 @@ $(STAMP): pyproject.toml setup.py shared/version.py
 
 ## the modules every message passes through, compiled with mypyc (setup.py) beside their sources, where Python
 ## imports them first; rebuilt when a source changes (a compiled module whose C came out the same is up to date,
-## hence the touch). Without a C compiler nothing is compiled. COMPILE=0: pure Python, compiled modules removed
+## hence the touch). COMPILE=0: pure Python, compiled modules removed
 COMPILE ?= 1
 COMPILED := $(VENV)/.compiled
 COMPILED_MODULES = find shared services -name '*.cpython-*.so'
 $(COMPILED): $(STAMP) setup.py $(wildcard shared/*.py shared/*/*.py services/*/*.py)
 	$(COMPILED_MODULES) -delete  # one no longer listed in setup.py would stay in the way of its source
-	$(BIN)/python setup.py --quiet build_ext --inplace >$(VENV)/compile.log 2>&1 \
+	NSQ_PY_COMPILE=1 $(BIN)/python setup.py --quiet build_ext --inplace >$(VENV)/compile.log 2>&1 \
 	  || { cat $(VENV)/compile.log; exit 1; }
 	$(COMPILED_MODULES) -exec touch {} +
 	$(BIN)/python -c 'from shared import compiled; print(compiled.describe())'
@@ -65,9 +65,11 @@ test-programs:
 	  $$sudo env DEBIAN_FRONTEND=noninteractive sh -c 'apt-get update -qq && apt-get install -y -qq -o Dpkg::Use-Pty=0 $(TEST_PACKAGES)'; }
 
 ## wheels for the Docker images (deploy/wheels): every dependency, built here so that an image build needs no
-## package index (OFFLINE=1); the pipeline's (PySpark, pyarrow) apart, so the services image does not carry them
+## package index (OFFLINE=1); the pipeline's (PySpark, pyarrow) apart, so the services image does not carry them;
+## what the image's build of the package needs (setuptools, mypy for mypyc) apart too
 wheels: $(STAMP)
-	rm -rf deploy/wheels/services deploy/wheels/pipeline
+	rm -rf deploy/wheels/services deploy/wheels/pipeline deploy/wheels/build
+	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/build 'setuptools>=68' 'mypy>=1.10'
 	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/services '.[fast]' 'setuptools>=68'
 	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/pipeline --find-links deploy/wheels/services '.[fast,pipeline]'
 	cd deploy/wheels/pipeline && for wheel in *.whl; do if [ -e "../services/$$wheel" ]; then rm "$$wheel"; fi; done

@@ -12,8 +12,9 @@ as a separate process and watches nsqd's channel until every event is FIN'd (wri
 
 Prints msg/s over the whole run (the job's start included) and in steady state (from 10 % of the events finished
 to the last), the CPU the job's processes and nsqd spent, and the job's own progress lines. ``--compare-rate``
-then runs the same archive job (``nsq_to_parquet``'s query, session and defaults) on as many rows from Spark's own
-``rate-micro-batch`` source (``bench.rate_archive``), so that the ratio says what reading from nsqd costs it. ``--job-args`` adds
+then runs the same archive job (``nsq_to_parquet``'s query, session and defaults) on as many rows from Spark's
+own ``rate-micro-batch`` source (``bench.rate_archive``), so that the ratio says what reading from nsqd costs
+it. ``--job-args`` adds
 flags to the job (tuned settings: a second line, never the headline). The load generator here is the backlog
 itself: its fill rate is printed first, and nsqd hands a plain consumer that backlog at hundreds of thousands of
 messages per second (``bench.run`` phase c), far above what is measured here.

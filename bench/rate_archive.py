@@ -4,13 +4,15 @@ costs nothing. ``python -m bench.rate_archive --rows N --output-dir D --checkpoi
 
 The rows are the ``nsq`` source's (``message_id``, a 200-byte ``body``, ``timestamp``, ``attempts``,
 ``nsqd_address``, ``topic``) made by Spark's ``rate-micro-batch`` source, as many per micro-batch as the ``nsq``
-source takes at most with the same settings (``stream_reader.batch_limit``: half its window); from there on it is the job itself: ``nsq_to_parquet``'s parser and defaults, its
-Spark session, its deduplication and its Parquet sink (``nsq_to_parquet.write_archive``). Prints one line:
-``rows <n> seconds <whole run> steady <rows/s from 10 % of the rows to the last>``.
+source takes at most with the same settings (``stream_reader.batch_limit``: half its window); from there on it is
+the job itself: ``nsq_to_parquet``'s parser and defaults, its Spark session, its deduplication and its Parquet
+sink (``nsq_to_parquet.write_archive``). Prints one line: ``rows <n> seconds <whole run> steady <rows/s from 10 %
+of the rows to the last> batches <n>``.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -39,8 +41,9 @@ def rate_rows(spark: SparkSession, rows_per_batch: int) -> DataFrame:
 
 
 def main(argv: list[str]) -> None:
-    rows = int(argv[argv.index("--rows") + 1])
-    job_argv = [arg for index, arg in enumerate(argv) if arg != "--rows" and (index == 0 or argv[index - 1] != "--rows")]
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--rows", type=int, required=True, help="how many rows to write")
+    wanted, job_argv = own.parse_known_args(argv)
     # an nsqd address only because the job's parser asks for one: nothing connects to it
     args = nsq_to_parquet.parser().parse_args(["--topic=events", "--nsqd-tcp-address=127.0.0.1:4150", *job_argv])
     spark = spark_session(args.master, "nsq_to_parquet")
@@ -49,13 +52,13 @@ def main(argv: list[str]) -> None:
     query = nsq_to_parquet.write_archive(rate_rows(spark, per_batch), args)
     started, written, steady_from = time.perf_counter(), 0, None
     committed: dict[int, int] = {}  # rows per batch, from the progress Spark reports once a batch is committed
-    while written < rows:
+    while written < wanted.rows:
         time.sleep(0.25)
         if query.exception() is not None:
             sys.exit(f"the query failed: {query.exception()}")
         committed.update((batch["batchId"], batch["numInputRows"]) for batch in query.recentProgress)
         written = sum(committed.values())
-        if steady_from is None and written >= rows // 10:
+        if steady_from is None and written >= wanted.rows // 10:
             steady_from = (time.perf_counter(), written)
     end = time.perf_counter()
     spark.sparkContext.setLogLevel("OFF")  # stopping interrupts the next batch, which Spark reports at length

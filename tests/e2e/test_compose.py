@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 ENGINE = ROOT / "tests" / "e2e" / "docker-engine.sh"
 PROJECT = "nsq-e2e"
-BASE_IMAGE = "local/python-base:bookworm"
+BASE_IMAGE = "local/python-base:bookworm-cc"
 HOST_PORTS = (4150, 4151, 4250, 4251, 4161, 4261, 4171)
 
 
@@ -72,7 +72,7 @@ def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
     cache = ROOT / ".data" / "docker"  # kept between runs: the compose plugin and the base image
     environment = {**os.environ, "DOCKERD_ROOT": root, "DOCKER_CONFIG": str(cache / "client"),
                    "DOCKER_HOST": f"unix://{root}/docker.sock", "BASE_IMAGE": BASE_IMAGE, "OFFLINE": "1",
-                   "BASE_TARBALL": str(cache / "python-base.tar"),
+                   "BASE_TARBALL": str(cache / "python-base-cc.tar"),
                    "COMPOSE_PROGRESS": "plain", "COMPOSE_ANSI": "never"}
     timings: dict[str, float] = {}
 
@@ -157,6 +157,11 @@ def test_the_cluster_in_compose(docker: Docker) -> None:
     services = {json.loads(line)["Service"]: json.loads(line)["Health"]
                 for line in docker.compose("ps", "--format", "json").splitlines() if line.strip()}
     assert services == dict.fromkeys(("lookupd1", "lookupd2", "nsqd1", "nsqd2", "admin", "pipeline"), "healthy")
+    # the images' build of the package compiled the per-message path (their base has a C compiler)
+    build = docker.compose("exec", "-T", "nsqd1", "python3", "-c",
+                           "from shared import compiled; print(compiled.describe())")
+    assert "modules compiled" in build, build
+
     # each nsqd its own node ID, so that the message IDs they hand out differ
     assert {http(f"http://127.0.0.1:{port}/config/id")[1] for port in (4151, 4251)} == {b"1", b"2"}
 
