@@ -10,26 +10,31 @@ $(STAMP): pyproject.toml setup.py shared/version.py
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	NSQ_PY_COMPILE=0 $(BIN)/pip install --quiet -e '.[dev,fast,pipeline]'
+	NSQ_PY_COMPILE=0 $(BIN)/pip install --quiet -e '.[dev,fast,pipeline]' 'setuptools>=68'
 	touch $(STAMP)
 
 ## the modules every message passes through, compiled with mypyc (setup.py) beside their sources, where Python
-## imports them first; rebuilt when a source changes (a compiled module whose C came out the same is up to date,
-## hence the touch). COMPILE=0: pure Python, compiled modules removed
+## imports them first; rebuilt when a source changes. The compiled modules and the stamp take the time the build
+## started: a source saved meanwhile is newer, and a module whose C came out the same is up to date. Without a C
+## compiler or Python's headers nothing is compiled; COMPILE=0 (make test COMPILE=0): pure Python, compiled
+## modules removed
 COMPILE ?= 1
 COMPILED := $(VENV)/.compiled
-COMPILED_MODULES = find shared services -name '*.cpython-*.so'
+COMPILED_MODULES = find shared services apps -name '*.cpython-*.so'
 $(COMPILED): $(STAMP) setup.py $(wildcard shared/*.py shared/*/*.py services/*/*.py)
-	$(COMPILED_MODULES) -delete  # one no longer listed in setup.py would stay in the way of its source
-	NSQ_PY_COMPILE=1 $(BIN)/python setup.py --quiet build_ext --inplace >$(VENV)/compile.log 2>&1 \
-	  || { cat $(VENV)/compile.log; exit 1; }
-	$(COMPILED_MODULES) -exec touch {} +
+	touch $(VENV)/compile.started
+	$(COMPILED_MODULES) -delete; rm -rf build  # what setup.py no longer lists would stay in the way
+	if $(BIN)/python -c 'from shared import compiled; raise SystemExit(not compiled.can_compile())'; then \
+	  NSQ_PY_COMPILE=1 $(BIN)/python setup.py --quiet build_ext --inplace >$(VENV)/compile.log 2>&1 \
+	    || { cat $(VENV)/compile.log; exit 1; }; \
+	else echo "no C compiler or no Python headers here: nothing compiled"; fi
+	$(COMPILED_MODULES) -exec touch -r $(VENV)/compile.started {} +
 	$(BIN)/python -c 'from shared import compiled; print(compiled.describe())'
-	touch $@
+	touch -r $(VENV)/compile.started $@
 
 ifeq ($(COMPILE),0)
 compile:
-	rm -f $(COMPILED); $(COMPILED_MODULES) -delete
+	rm -rf $(COMPILED) build; $(COMPILED_MODULES) -delete
 else
 compile: $(COMPILED)
 endif

@@ -13,11 +13,12 @@ checking.
 """
 
 import os
-import shutil
 import sys
-import sysconfig
 
 from setuptools import Extension, setup
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared.compiled, from this source tree
+from shared.compiled import can_compile
 
 # from the socket to a channel and back: protocol V2's parser and session, nsqd's connection, topics, channels,
 # queues (the disk queue and its files too) and clients; the HTTP server nsqd and lookupd share, nsqd's HTTP API;
@@ -56,11 +57,11 @@ COMPILED = [
 
 
 def compiled_extensions() -> list[Extension]:
-    """NSQ_PY_COMPILE=1: compiled or an error (`make compile`); unset: compiled where it can be (`pip install`)."""
+    """NSQ_PY_COMPILE=1: compiled or an error (`make compile`); unset: compiled where a compiler and Python's
+    headers are (`pip install`), else pure Python; a compiler that then fails fails the build, all or nothing."""
     required = os.environ.get("NSQ_PY_COMPILE") == "1"
-    compiler = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
-    if os.environ.get("NSQ_PY_COMPILE") == "0" or not (required or shutil.which(compiler)):
-        return []  # without a compiler, not even mypyc's analysis (half a minute)
+    if os.environ.get("NSQ_PY_COMPILE") == "0" or not (required or can_compile()):
+        return []  # without a compiler or Python's headers, not even mypyc's analysis (about 20 s)
     try:
         from mypyc.build import mypycify
     except ImportError:
@@ -78,8 +79,7 @@ def compiled_extensions() -> list[Extension]:
             raise
         print(f"not compiled ({error}): the package is pure Python", file=sys.stderr)
         return []
-    for extension in extensions:
-        extension.optional = not required  # a compiler that fails: a warning, and the pure-Python package
+    # not optional: a module compiled without the shared library beside it (or the other way round) would not import
     return extensions
 
 

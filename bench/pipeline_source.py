@@ -158,6 +158,8 @@ def main() -> None:
     parser.add_argument("--compare-rate", action="store_true",
                         help="then the same archive job fed by Spark's own rate source (--job parquet)")
     args = parser.parse_args()
+    if args.compare_rate and args.job != "parquet":
+        parser.error("--compare-rate is for --job parquet (the archive job)")
 
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as directory:
         workdir = Path(directory)
@@ -188,10 +190,11 @@ def main() -> None:
                 except subprocess.TimeoutExpired:
                     os.killpg(job.pid, signal.SIGKILL)
                     job.wait()
-            if args.compare_rate and args.job == "parquet":
+            if args.compare_rate:
                 fed_by_rate = rate_fed(args.messages, workdir, shlex.split(args.job_args), env)
-                print(f"the archive fed by nsqd, against the same job fed by Spark's rate source (steady state): "
-                      f"{fed_by_nsq / fed_by_rate:.2f}x", flush=True)
+                if fed_by_rate:
+                    print(f"the archive fed by nsqd, against the same job fed by Spark's rate source (steady "
+                          f"state): {fed_by_nsq / fed_by_rate:.2f}x", flush=True)
         finally:
             for nsqd in nodes:
                 nsqd.stop()

@@ -6,11 +6,20 @@ run: the tests refuse to start then, and the benchmark says which build it measu
 
 from __future__ import annotations
 
+import os
+import shutil
+import sysconfig
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 PACKAGES = ("shared", "services", "apps")
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def can_compile() -> bool:
+    """Whether this Python can build C extensions here: the C compiler it was built with, and its headers."""
+    compiler = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(compiler) is not None and Path(sysconfig.get_paths()["include"], "Python.h").exists()
 
 
 def compiled_modules() -> dict[Path, Path]:

@@ -24,7 +24,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Python would run a compiled module older than its source, and the tests would test what is no longer there."""
     if stale := compiled.out_of_date():
         names = ", ".join(str(source.relative_to(compiled.ROOT)) for source in stale)
-        pytest.exit(f"compiled before their last change: {names}; `make compile` (or `make compile COMPILE=0`)", 2)
+        pytest.exit(f"compiled before their last change: {names}; `make compile` (pure Python: `make test COMPILE=0`)", 2)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

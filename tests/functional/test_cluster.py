@@ -125,11 +125,15 @@ def test_a_new_topic_gets_the_channels_the_cluster_knows_before_messages_move(tm
     try:
         for channel in ("archive", "realtime"):
             assert lookupd.http("POST", f"/channel/create?topic=orders&channel={channel}")[0] == 200
-        wait_for(lambda: json.loads(lookupd.http("GET", "/nodes")[2])["producers"], what="nsqd identified")
+        # registered: nsqd read lookupd's answer to IDENTIFY, so it knows where to ask for a topic's channels
+        # (lookupd lists it in /nodes as soon as it identified, before nsqd has that answer)
+        assert nsqd.http("POST", "/topic/create?topic=warm_up")[0] == 200
+        wait_for(lambda: lookupd.http("GET", "/lookup?topic=warm_up")[0] == 200, what="nsqd registered its topic")
         assert nsqd.http("POST", "/pub?topic=orders", b"first")[0] == 200
         def channels() -> dict[str, int]:
             topics = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"]
-            return {c["channel_name"]: c["depth"] for c in topics[0]["channels"]} if topics else {}
+            orders = [topic for topic in topics if topic["topic_name"] == "orders"]
+            return {c["channel_name"]: c["depth"] for c in orders[0]["channels"]} if orders else {}
         wait_for(lambda: channels() == {"archive": 1, "realtime": 1}, what="the message in both channels")
     finally:
         nsqd.stop()
