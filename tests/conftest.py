@@ -8,8 +8,8 @@ from typing import TypeVar
 import pytest
 
 from harness.in_process import InProcessNSQD
-from shared import compiled
 from harness.processes import FAST_SCAN, NSQDProcess, ToolProcess, start_nsqd
+from shared import compiled
 
 
 S = TypeVar("S", NSQDProcess, InProcessNSQD)
@@ -24,7 +24,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Python would run a compiled module older than its source, and the tests would test what is no longer there."""
     if stale := compiled.out_of_date():
         names = ", ".join(str(source.relative_to(compiled.ROOT)) for source in stale)
-        pytest.exit(f"compiled before their last change: {names}; `make compile` (pure Python: `make test COMPILE=0`)", 2)
+        pytest.exit(f"compiled before their last change: {names}; `make compile` "
+                    "(pure Python: `make test COMPILE=0`)", 2)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
