@@ -50,9 +50,10 @@ def _expect_ok(sock: socket.socket) -> None:
 
 
 def publish(address: tuple[str, int], topic: str, batch: int, size: int, start_at: float,
-            duration: float, command: bytes = b"") -> tuple[int, list[float]]:
+            duration: float, command: bytes = b"", pause: float = 0.0) -> tuple[int, list[float]]:
     """PUB (batch 1) or MPUB (batch > 1, or ``command=b"MPUB"``), each waiting for its OK, until
-    ``start_at + duration``: messages acknowledged, and every round trip in seconds."""
+    ``start_at + duration``: messages acknowledged, and every round trip in seconds. ``pause``: seconds spent
+    spinning after each OK before the next request, as a slower client (or a client on a slower core) sends."""
     sock = connect(address)
     body = b"x" * size
     frame = encode_mpub(topic.encode(), [body] * batch) if batch > 1 or command == b"MPUB" else \
@@ -68,8 +69,11 @@ def publish(address: tuple[str, int], topic: str, batch: int, size: int, start_a
             break
         sock.sendall(frame)
         _expect_ok(sock)
-        round_trips.append(clock() - sent)
+        answered = clock()
+        round_trips.append(answered - sent)
         count += batch
+        while pause and clock() - answered < pause:
+            pass
     sock.close()
     return count, round_trips
 

@@ -38,5 +38,11 @@ def cpu_model() -> str:
 
 
 def machine_line() -> str:
+    """Also refuses to go on when a compiled module is older than its source: the figures would not be this
+    checkout's."""
+    stale = compiled.out_of_date()
+    if stale:
+        raise SystemExit(f"{len(stale)} compiled modules are older than their sources ({stale[0]}, ...): "
+                         "run `make compile` (or `make bench`), or delete them to measure pure Python")
     return (f"machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
             f"10M-add loop {core_seconds():.2f} s on one core; this checkout: {compiled.describe()}")
