@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .auth_client import AuthClient
     from .metrics import NSQDCollector
     from .node_id_check import NodeIdCheck
+    from .replication.membership import Membership
 
 log = logging.getLogger("nsqd")
 
@@ -88,6 +89,8 @@ class NSQD:
         self._metadata_changed = asyncio.Event()
         self._metadata_write = asyncio.Lock()
         self._metadata_task: asyncio.Task[None] | None = None
+        self.membership: Membership | None = None  # with --etcd-address
+        self._membership_start: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -122,6 +125,8 @@ class NSQD:
             self._http_servers.append((server, service))
         gc.callbacks.append(self.gc_pauses)
         await self.set_lookupd_addresses(self.opts.nsqlookupd_tcp_addresses)
+        if self.opts.etcd_addresses:
+            self._membership_start = asyncio.create_task(self._join_cluster(), name="etcd-membership-start")
         self._scan_task = asyncio.create_task(self._scanner.run(), name="queue-scan")
 
     async def stop(self) -> None:
@@ -133,6 +138,12 @@ class NSQD:
             connection.close()
         for peer in self.lookup_peers.values():
             await peer.stop()
+        if self._membership_start is not None:
+            self._membership_start.cancel()
+            await asyncio.wait({self._membership_start})
+        if self.membership is not None:
+            await self.membership.stop()
+            await self.membership.etcd.close()
         if self._node_id_check_start is not None:
             self._node_id_check_start.cancel()
             await asyncio.wait({self._node_id_check_start})
@@ -297,6 +308,26 @@ class NSQD:
                             external_http_port=opts.external_broadcast_http_port)
         return identity
 
+    # -- replication -----------------------------------------------------------------------------------------
+
+    async def _join_cluster(self) -> None:
+        """Registers this nsqd in etcd; the client (aiohttp's) is imported on a thread, so that the event loop
+        goes on serving meanwhile."""
+        await asyncio.to_thread(_import_etcd_client)
+        from shared.etcd.client import Etcd
+
+        from .replication.membership import Membership
+
+        etcd = Etcd(self.opts.etcd_addresses, timeout=self.opts.http_client_request_timeout)
+        self.membership = Membership(etcd, self._broadcast_tcp_address(), self._membership_info,
+                                     self.opts.replication_liveness_timeout)
+        self.membership.start()
+
+    def _membership_info(self) -> dict[str, object]:
+        return {"node": self._broadcast_tcp_address(), "node_id": self.opts.node_id, "hostname": self.hostname,
+                "broadcast_address": self.opts.broadcast_address, "tcp_port": self._broadcast_tcp_port(),
+                "http_port": self.opts.broadcast_http_port or self.http_address[1], "version": VERSION}
+
     # -- metadata --------------------------------------------------------------------------------------------
 
     def _load_metadata(self) -> None:
@@ -366,6 +397,10 @@ def _auth_client(opts: Options) -> AuthClient:
     return AuthClient(opts.auth_http_addresses, opts.auth_http_request_method,
                       connect_timeout=opts.http_client_connect_timeout,
                       request_timeout=opts.http_client_request_timeout, ssl_context=tls.auth_server_context(opts))
+
+
+def _import_etcd_client() -> None:
+    import shared.etcd.client  # noqa: F401  (with it aiohttp)
 
 
 def _import_http_client() -> None:

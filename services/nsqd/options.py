@@ -126,6 +126,12 @@ class Options(ProgramOptions):
                                        "nsqd CPU usage)")
     snappy: bool = option(True, "enable snappy feature negotiation (client compression)")
     enable_experiment: list[str] = option([], "enable experimental feature (may be given multiple times)")
+    # replication (beyond NSQ): off unless etcd addresses are given
+    etcd_addresses: list[str] = option(
+        [], "<addr>:<port> or URL of an etcd member of the cluster replication is coordinated through (may be "
+            "given multiple times; default none: replication off)", flag="etcd-address")
+    replication_liveness_timeout: float = option(10.0, "how long an nsqd may go without renewing its lease in "
+                                                       "etcd before the cluster counts it out", kind="duration")
     http_allow_cross_site: bool = option(False, "serve the state-changing HTTP requests (POST, PUT) a browser "
                                                 "sends for another site's page, and let other sites frame these "
                                                 "pages, as NSQ does (otherwise: 403 CROSS_SITE_REQUEST, no framing)")
@@ -169,6 +175,8 @@ class Options(ProgramOptions):
                      "queue_scan_worker_pool_max"):
             if getattr(self, name) <= 0:
                 raise FlagError(f"--{name.replace('_', '-')} must be > 0")
+        if self.replication_liveness_timeout < 1:
+            raise FlagError("--replication-liveness-timeout must be >= 1s")
         if self.queue_scan_interval <= 0 or self.queue_scan_refresh_interval <= 0:
             raise FlagError("--queue-scan-interval and --queue-scan-refresh-interval must be > 0")
 

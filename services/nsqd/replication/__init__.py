@@ -1,0 +1,1 @@
+"""Replication between nsqd, coordinated through etcd (on with ``--etcd-address``); see ``docs/replication.md``."""

@@ -1,0 +1,89 @@
+"""This nsqd's membership of the replicated cluster: its key under ``/nsq/nodes/`` in etcd, held by a lease of
+``--replication-liveness-timeout``, so that the key goes when the nsqd stops renewing it (killed, paused, cut off)
+and the others can tell.
+
+The lease is renewed every third of its time to live. A renewal that finds the lease ended (the nsqd was paused,
+or cut off from etcd, for longer than its time to live) means the cluster has counted this nsqd out:
+``on_lost`` is told, and the nsqd registers again under a new lease, as a member starting afresh. Until a lease
+is granted, or while etcd does not answer, it keeps trying, once a second. ``alive_until`` is how long this nsqd
+can be sure its lease still holds, counted from before its last renewal was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from typing import Any, Callable
+
+from shared.etcd.client import Etcd
+from shared.etcd.messages import EtcdError
+
+log = logging.getLogger("nsqd")
+
+NODES = "/nsq/nodes/"
+RETRY = 1.0  # seconds between attempts while etcd does not answer
+
+
+class Membership:
+    def __init__(self, etcd: Etcd, node: str, info: Callable[[], dict[str, Any]], liveness_timeout: float,
+                 on_lost: Callable[[], None] = lambda: None) -> None:
+        self.etcd = etcd
+        self.node = node
+        self.key = NODES + node
+        self.ttl = max(1, math.ceil(liveness_timeout))
+        self.lease = 0
+        self.alive_until = 0.0  # time.monotonic()
+        self.leases_lost = 0
+        self._info = info
+        self._on_lost = on_lost
+        self._task: asyncio.Task[None] | None = None
+        self.registered = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._hold(), name="etcd-membership")
+
+    async def stop(self) -> None:
+        """Leaves the cluster at once: the lease is revoked, rather than left to run out."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait({self._task})
+        if self.lease:
+            try:
+                await self.etcd.revoke(self.lease)
+            except EtcdError as error:
+                log.warning("ETCD: could not revoke lease %x (it ends in %d s): %s", self.lease, self.ttl, error)
+            self.lease = 0
+
+    async def _hold(self) -> None:
+        while True:
+            try:
+                if not self.lease:
+                    await self._register()
+                await asyncio.sleep(self.ttl / 3)
+                await self._renew()
+            except EtcdError as error:
+                log.warning("ETCD: %s", error)
+                await asyncio.sleep(RETRY)
+
+    async def _register(self) -> None:
+        asked_at = time.monotonic()
+        lease = await self.etcd.grant(self.ttl)
+        await self.etcd.put(self.key, json.dumps(self._info()).encode(), lease)
+        self.lease, self.alive_until = lease, asked_at + self.ttl
+        self.registered.set()
+        log.info("ETCD: registered %s (lease %x, %d s)", self.key, lease, self.ttl)
+
+    async def _renew(self) -> None:
+        asked_at = time.monotonic()
+        if await self.etcd.keep_alive(self.lease):
+            self.alive_until = asked_at + self.ttl
+            return
+        log.error("ETCD: lease %x of %s ended (more than %d s without renewal): registering again",
+                  self.lease, self.key, self.ttl)
+        self.lease = 0
+        self.leases_lost += 1
+        self.registered.clear()
+        self._on_lost()
