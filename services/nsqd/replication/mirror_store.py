@@ -1,0 +1,99 @@
+"""What a mirror holds of one origin: every message the origin still has outstanding, per channel (or held by its
+topic while it has no channel), built by applying the origin's records in order. Without I/O.
+
+It follows what the origin says, never what it would infer: a publish names the channels that took it, and a
+topic handing its backlog to channels says which. A message is outstanding in a channel until the origin says
+that channel is done with it (FIN, or dropped); one message's body is held once, whatever the number of channels.
+A finish for a message the mirror never had (published before the mirror joined) changes nothing. On adoption,
+``outstanding()`` is what a survivor puts into its own topics and channels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from .wire import Distribute, DropChannel, DropTopic, Finish, Publish, Record
+
+
+class OutOfOrder(Exception):
+    """A record that is not the one after the last applied: the link lost or reordered something."""
+
+
+@dataclass(frozen=True)
+class Mirrored:
+    id: bytes
+    timestamp: int  # nanoseconds, when the origin took it
+    body: bytes
+    deliver_after: int  # nanoseconds since the epoch (a deferred publish), 0: at once
+
+
+@dataclass
+class MirroredTopic:
+    held: dict[bytes, Mirrored] = field(default_factory=dict)
+    channels: dict[str, dict[bytes, Mirrored]] = field(default_factory=dict)
+
+
+class MirrorStore:
+    def __init__(self, origin: str, epoch: int, applied: int = 0) -> None:
+        self.origin = origin
+        self.epoch = epoch
+        self.applied = applied  # the sequence of the last record applied
+        self.topics: dict[str, MirroredTopic] = {}
+
+    def apply(self, record: Record) -> None:
+        if record.sequence != self.applied + 1:
+            raise OutOfOrder(f"record {record.sequence} after {self.applied}")
+        if isinstance(record, Publish):
+            self._publish(record)
+        elif isinstance(record, Finish):
+            messages = self.topics.get(record.topic, _NO_TOPIC).channels.get(record.channel)
+            if messages:
+                for msg_id in record.ids:
+                    messages.pop(msg_id, None)
+        elif isinstance(record, Distribute):
+            topic = self._topic(record.topic)
+            for name in record.channels:
+                topic.channels.setdefault(name, {}).update(topic.held)
+            topic.held = {}
+        elif isinstance(record, DropChannel):
+            self.topics.get(record.topic, _NO_TOPIC).channels.pop(record.channel, None)
+        elif isinstance(record, DropTopic):
+            if record.held_only:
+                self.topics.get(record.topic, _NO_TOPIC).held.clear()
+            else:
+                self.topics.pop(record.topic, None)
+        self.applied = record.sequence
+
+    def _topic(self, name: str) -> MirroredTopic:
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self.topics[name] = MirroredTopic()
+        return topic
+
+    def _publish(self, record: Publish) -> None:
+        topic = self._topic(record.topic)
+        delay = record.defer_ms * 1_000_000
+        messages = [Mirrored(message.id, message.timestamp, message.body,
+                             message.timestamp + delay if delay else 0) for message in record.messages]
+        targets = [topic.channels.setdefault(name, {}) for name in record.channels] or [topic.held]
+        for target in targets:
+            for message in messages:
+                target[message.id] = message
+
+    def outstanding(self) -> Iterator[tuple[str, str | None, Mirrored]]:
+        """(topic, channel or None for the topic's own queue, message) for every message still outstanding."""
+        for topic_name, topic in self.topics.items():
+            for message in topic.held.values():
+                yield topic_name, None, message
+            for channel_name, messages in topic.channels.items():
+                for message in messages.values():
+                    yield topic_name, channel_name, message
+
+    @property
+    def depth(self) -> int:
+        """Outstanding messages, counted once per channel (and once held), as nsqd's depths count them."""
+        return sum(len(topic.held) + sum(map(len, topic.channels.values())) for topic in self.topics.values())
+
+
+_NO_TOPIC = MirroredTopic()

@@ -1,0 +1,241 @@
+"""This nsqd as an origin: what happens to its queues, as records, numbered and sent to each of its mirrors, and
+a publish's acknowledgement held until its mirrors hold it.
+
+A mirror is *in sync* while it holds every record of this origin's epoch that the origin has sent and
+acknowledges them within ``--replication-timeout``. A publish is answered once every in-sync mirror acknowledged
+it; a mirror that does not in time falls out of the set, and a publish that leaves fewer than
+``--replication-min-in-sync`` copies (this nsqd's own included) is refused (E_PUB_FAILED, HTTP 500), though this
+nsqd keeps it, as it keeps a publish refused half-way through its channels today: a retry makes a duplicate,
+never a loss. A mirror that fell behind is sent what it missed (records stay buffered until every mirror has them,
+up to ``MAX_UNACKED_BYTES``) and counts again once it has everything; one that lost records (restarted, or the
+buffer overflowed) is not in sync again for this epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+
+from shared.addresses import split_host_port
+
+from ..message import QueuedMessage
+from .wire import (MAGIC, Ack, Distribute, DropChannel, DropTopic, Finish, FrameReader, Hello, Message, Publish,
+                   Record, Refuse, WireError, encode)
+
+log = logging.getLogger("nsqd")
+
+MAX_UNACKED_BYTES = 256 * 1024 * 1024
+RECONNECT = 1.0  # seconds between attempts to reach a mirror
+
+
+class ReplicationError(Exception):
+    """Too few copies to acknowledge a publish."""
+
+
+class MirrorLink:
+    """The link to one mirror: records go out in order, and the mirror's acknowledgements say how far it holds
+    them."""
+
+    def __init__(self, origin: str, epoch: int, mirror: str, address: str, next_sequence: int,
+                 latest: Callable[[], int]) -> None:
+        self.origin = origin
+        self.epoch = epoch
+        self.mirror = mirror
+        self.address = address
+        self.acked = next_sequence - 1
+        self.complete = next_sequence == 1  # it can have every record of this epoch
+        self.in_sync = False
+        self.connected = False
+        self._next = next_sequence  # of the first record not yet sent to this link
+        self._unacked: deque[tuple[int, bytes]] = deque()
+        self._unacked_bytes = 0
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._waiter_count = 0
+        self._writer: asyncio.StreamWriter | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._latest = latest  # the number of the origin's newest record
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"mirror-link-{self.mirror}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait({self._task})
+        self._fail_waiters()
+
+    def send(self, sequence: int, frame: bytes) -> None:
+        if not self.complete:
+            return
+        self._unacked.append((sequence, frame))
+        self._unacked_bytes += len(frame)
+        if self._unacked_bytes > MAX_UNACKED_BYTES:
+            log.error("REPLICATION: %s is %d bytes behind: no longer a complete mirror of this epoch",
+                      self.mirror, self._unacked_bytes)
+            self._lose_records()
+            return
+        if self._writer is not None:
+            self._writer.write(frame)
+
+    def acknowledged(self, sequence: int) -> asyncio.Future[None]:
+        """Done once the mirror holds every record up to ``sequence``."""
+        waiter = asyncio.get_running_loop().create_future()
+        if self.acked >= sequence:
+            waiter.set_result(None)
+        else:
+            self._waiter_count += 1
+            heapq.heappush(self._waiters, (sequence, self._waiter_count, waiter))
+        return waiter
+
+    def fall_out(self) -> None:
+        if self.in_sync:
+            log.warning("REPLICATION: %s out of sync (acknowledged %d)", self.mirror, self.acked)
+        self.in_sync = False
+
+    def _lose_records(self) -> None:
+        self.complete = False
+        self.in_sync = False
+        self._unacked.clear()
+        self._unacked_bytes = 0
+        self._fail_waiters()
+        if self._writer is not None:
+            self._writer.close()
+
+    def _fail_waiters(self) -> None:
+        for _, _, waiter in self._waiters:
+            if not waiter.done():
+                waiter.cancel()
+        self._waiters.clear()
+
+    def _acked(self, sequence: int, latest: int) -> None:
+        self.acked = max(self.acked, sequence)
+        while self._unacked and self._unacked[0][0] <= sequence:
+            self._unacked_bytes -= len(self._unacked.popleft()[1])
+        while self._waiters and self._waiters[0][0] <= sequence:
+            waiter = heapq.heappop(self._waiters)[2]
+            if not waiter.done():
+                waiter.set_result(None)
+        if not self.in_sync and self.complete and self.acked >= latest:
+            self.in_sync = True
+            log.info("REPLICATION: %s in sync at record %d", self.mirror, self.acked)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._serve()
+            except (OSError, WireError, asyncio.IncompleteReadError) as error:
+                log.warning("REPLICATION: link to %s (%s): %s", self.mirror, self.address, error)
+            finally:
+                self._writer, self.connected = None, False
+                self.fall_out()
+            await asyncio.sleep(RECONNECT)
+
+    async def _serve(self) -> None:
+        host, port = split_host_port(self.address)
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            first = self._unacked[0][0] if self._unacked else self.acked + 1
+            writer.write(MAGIC + encode(Hello(self.origin, self.epoch, first)))
+            frames = FrameReader()
+            hello_answered = False
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    raise OSError("closed by the mirror")
+                for frame in frames.feed(data):
+                    if isinstance(frame, Refuse):
+                        raise WireError(f"refused: {frame.reason}")
+                    if not isinstance(frame, Ack):
+                        raise WireError(f"unexpected {type(frame).__name__}")
+                    if not hello_answered:
+                        hello_answered = True
+                        self._resume(frame.sequence, first, writer)
+                    self._acked(frame.sequence, self._latest())
+        finally:
+            writer.close()
+
+    def _resume(self, applied: int, first: int, writer: asyncio.StreamWriter) -> None:
+        """The mirror holds every record up to ``applied``: what it lacks is sent again, unless it lacks records no
+        longer buffered (it restarted), and then it no longer mirrors this epoch completely."""
+        if applied < first - 1:
+            log.error("REPLICATION: %s holds records up to %d only, %d and on are gone here: no longer a "
+                      "complete mirror of this epoch", self.mirror, applied, applied + 1)
+            self._lose_records()
+        self.connected = True
+        self._writer = writer
+        for sequence, frame in self._unacked:
+            if sequence > applied:
+                writer.write(frame)
+        log.info("REPLICATION: linked to %s (%s) from record %d", self.mirror, self.address, applied + 1)
+
+
+class Origin:
+    def __init__(self, node: str, epoch: int, min_in_sync: int, timeout: float) -> None:
+        self.node = node
+        self.epoch = epoch
+        self.min_in_sync = min_in_sync
+        self.timeout = timeout
+        self.sequence = 0
+        self.links: dict[str, MirrorLink] = {}
+        self.refused = 0  # publishes refused for want of copies
+
+    def set_mirrors(self, mirrors: dict[str, str]) -> Iterable[Awaitable[None]]:
+        """Links to ``mirrors`` (node: replication address) from now on; the links no longer wanted are closed
+        (await what is returned)."""
+        stopping = [self.links.pop(node).stop() for node in list(self.links) if node not in mirrors]
+        for node, address in mirrors.items():
+            if node not in self.links:
+                link = MirrorLink(self.node, self.epoch, node, address, self.sequence + 1, lambda: self.sequence)
+                self.links[node] = link
+                link.start()
+        return stopping
+
+    def _record(self, record: Record) -> None:
+        frame = encode(record)
+        for link in self.links.values():
+            link.send(record.sequence, frame)
+
+    def _next(self) -> int:
+        self.sequence += 1
+        return self.sequence
+
+    # -- what happens to the queues ---------------------------------------------------------------------------
+
+    def published(self, topic: str, channels: tuple[str, ...], defer_ms: int,
+                  entries: list[QueuedMessage]) -> Awaitable[None]:
+        """Done once enough copies hold the publish; ReplicationError if there are too few."""
+        sequence = self._next()
+        self._record(Publish(sequence, topic, channels, defer_ms,
+                             tuple(Message(entry[0], entry[2], entry[1]) for entry in entries)))
+        return self._copies(sequence)
+
+    def distributed(self, topic: str, channels: tuple[str, ...]) -> None:
+        self._record(Distribute(self._next(), topic, channels))
+
+    def finished(self, topic: str, channel: str, ids: list[bytes]) -> None:
+        self._record(Finish(self._next(), topic, channel, tuple(ids)))
+
+    def channel_dropped(self, topic: str, channel: str) -> None:
+        self._record(DropChannel(self._next(), topic, channel))
+
+    def topic_dropped(self, topic: str, held_only: bool) -> None:
+        self._record(DropTopic(self._next(), topic, held_only))
+
+    async def _copies(self, sequence: int) -> None:
+        in_sync = [link for link in self.links.values() if link.in_sync]
+        if len(in_sync) + 1 < self.min_in_sync:
+            self.refused += 1
+            raise ReplicationError(f"{len(in_sync) + 1} of {self.min_in_sync} in-sync replicas")
+        waits = {link.acknowledged(sequence): link for link in in_sync}
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=self.timeout)
+            for waiter in late:
+                waiter.cancel()
+                waits[waiter].fall_out()
+            if len(in_sync) - len(late) + 1 < self.min_in_sync:
+                self.refused += 1
+                raise ReplicationError(f"{len(in_sync) - len(late) + 1} of {self.min_in_sync} replicas "
+                                       f"acknowledged within {self.timeout:g}s")

@@ -1,0 +1,245 @@
+"""The replication link between an origin nsqd and one of its mirrors, without I/O: frames and their records.
+
+The origin connects, sends ``MAGIC`` and a ``Hello`` (who it is, under which epoch, and the number of the next
+record it sends), then records in order, each numbered one more than the last. The mirror applies them in that order and answers ``Ack(sequence)``: every record
+up to that number is applied. Acks are cumulative, so an origin waits for one number per mirror, not one answer
+per record. A mirror that will not take the origin (an older epoch than one it has seen) answers ``Refuse`` and
+closes.
+
+Frame: size (4 bytes, big-endian, what follows), type (1 byte), body. Names are ASCII and at most 64 bytes (NSQ's
+rule), each with a 1-byte length; a message is its 16-byte ID, its timestamp (8 bytes, nanoseconds) and its body
+(4-byte length).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import Union
+
+MAGIC = b"  R1"
+MAX_FRAME = 64 * 1024 * 1024
+
+_HEADER = struct.Struct(">IB")
+_SEQUENCE = struct.Struct(">Q")
+_MESSAGE = struct.Struct(">16sqI")
+_COUNT = struct.Struct(">I")
+_DEFER = struct.Struct(">I")
+
+
+class WireError(Exception):
+    """Bytes that are not a frame of this protocol."""
+
+
+@dataclass(frozen=True)
+class Hello:
+    origin: str
+    epoch: int
+    sequence: int  # of the first record that follows
+
+
+@dataclass(frozen=True)
+class Ack:
+    sequence: int
+
+
+@dataclass(frozen=True)
+class Refuse:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Message:
+    id: bytes
+    timestamp: int
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Messages published to ``topic``, in ``channels`` (none: held by the topic), deferred ``defer_ms``."""
+
+    sequence: int
+    topic: str
+    channels: tuple[str, ...]
+    defer_ms: int
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True)
+class Distribute:
+    """The topic handed what it held to ``channels``."""
+
+    sequence: int
+    topic: str
+    channels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """``channel`` is done with these messages: finished, or dropped (TTL, a full queue's oldest)."""
+
+    sequence: int
+    topic: str
+    channel: str
+    ids: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class DropChannel:
+    """The channel was emptied or deleted."""
+
+    sequence: int
+    topic: str
+    channel: str
+
+
+@dataclass(frozen=True)
+class DropTopic:
+    """``held_only``: the topic's own queue was emptied; else the topic was deleted, channels and all."""
+
+    sequence: int
+    topic: str
+    held_only: bool
+
+
+Record = Union[Publish, Distribute, Finish, DropChannel, DropTopic]
+Frame = Union[Hello, Ack, Refuse, Record]
+
+_HELLO, _ACK, _REFUSE, _PUBLISH, _DISTRIBUTE, _FINISH, _DROP_CHANNEL, _DROP_TOPIC = range(1, 9)
+
+
+# -- encoding -------------------------------------------------------------------------------------------------
+
+def _frame(kind: int, body: bytes) -> bytes:
+    return _HEADER.pack(len(body) + 1, kind) + body
+
+
+def _name(name: str) -> bytes:
+    raw = name.encode("ascii")
+    return bytes((len(raw),)) + raw
+
+
+def _names(names: tuple[str, ...]) -> bytes:
+    return bytes((len(names),)) + b"".join(map(_name, names))
+
+
+def encode(frame: Frame) -> bytes:
+    if isinstance(frame, Publish):
+        parts = [_SEQUENCE.pack(frame.sequence), _name(frame.topic), _names(frame.channels),
+                 _DEFER.pack(frame.defer_ms), _COUNT.pack(len(frame.messages))]
+        for message in frame.messages:
+            parts += (_MESSAGE.pack(message.id, message.timestamp, len(message.body)), message.body)
+        return _frame(_PUBLISH, b"".join(parts))
+    if isinstance(frame, Finish):
+        return _frame(_FINISH, _SEQUENCE.pack(frame.sequence) + _name(frame.topic) + _name(frame.channel)
+                      + _COUNT.pack(len(frame.ids)) + b"".join(frame.ids))
+    if isinstance(frame, Ack):
+        return _frame(_ACK, _SEQUENCE.pack(frame.sequence))
+    if isinstance(frame, Distribute):
+        return _frame(_DISTRIBUTE, _SEQUENCE.pack(frame.sequence) + _name(frame.topic) + _names(frame.channels))
+    if isinstance(frame, DropChannel):
+        return _frame(_DROP_CHANNEL, _SEQUENCE.pack(frame.sequence) + _name(frame.topic) + _name(frame.channel))
+    if isinstance(frame, DropTopic):
+        return _frame(_DROP_TOPIC, _SEQUENCE.pack(frame.sequence) + _name(frame.topic)
+                      + bytes((frame.held_only,)))
+    if isinstance(frame, Hello):
+        return _frame(_HELLO, json.dumps({"origin": frame.origin, "epoch": frame.epoch,
+                                          "sequence": frame.sequence}).encode())
+    if isinstance(frame, Refuse):
+        return _frame(_REFUSE, frame.reason.encode())
+    raise TypeError(f"not a frame: {frame!r}")
+
+
+# -- decoding -------------------------------------------------------------------------------------------------
+
+class _Reader:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.at = 0
+
+    def take(self, count: int) -> bytes:
+        if self.at + count > len(self.body):
+            raise WireError("frame ends inside a field")
+        chunk = self.body[self.at:self.at + count]
+        self.at += count
+        return chunk
+
+    def unpack(self, layout: struct.Struct) -> tuple[int, ...]:
+        return layout.unpack(self.take(layout.size))
+
+    def name(self) -> str:
+        try:
+            return self.take(self.take(1)[0]).decode("ascii")
+        except UnicodeDecodeError:
+            raise WireError("a name that is not ASCII") from None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.name() for _ in range(self.take(1)[0]))
+
+    def done(self) -> None:
+        if self.at != len(self.body):
+            raise WireError(f"{len(self.body) - self.at} bytes left over in a frame")
+
+
+def _decode(kind: int, body: bytes) -> Frame:
+    reader = _Reader(body)
+    frame: Frame
+    if kind == _PUBLISH:
+        (sequence,) = reader.unpack(_SEQUENCE)
+        topic, channels = reader.name(), reader.names()
+        (defer_ms,) = reader.unpack(_DEFER)
+        messages = []
+        for _ in range(reader.unpack(_COUNT)[0]):
+            msg_id, timestamp, size = _MESSAGE.unpack(reader.take(_MESSAGE.size))
+            messages.append(Message(msg_id, timestamp, reader.take(size)))
+        frame = Publish(sequence, topic, channels, defer_ms, tuple(messages))
+    elif kind == _FINISH:
+        (sequence,) = reader.unpack(_SEQUENCE)
+        topic, channel = reader.name(), reader.name()
+        frame = Finish(sequence, topic, channel, tuple(reader.take(16) for _ in range(reader.unpack(_COUNT)[0])))
+    elif kind == _ACK:
+        frame = Ack(reader.unpack(_SEQUENCE)[0])
+    elif kind == _DISTRIBUTE:
+        frame = Distribute(reader.unpack(_SEQUENCE)[0], reader.name(), reader.names())
+    elif kind == _DROP_CHANNEL:
+        frame = DropChannel(reader.unpack(_SEQUENCE)[0], reader.name(), reader.name())
+    elif kind == _DROP_TOPIC:
+        frame = DropTopic(reader.unpack(_SEQUENCE)[0], reader.name(), bool(reader.take(1)[0]))
+    elif kind == _HELLO:
+        try:
+            hello = json.loads(body)
+            return Hello(str(hello["origin"]), int(hello["epoch"]), int(hello["sequence"]))
+        except (ValueError, KeyError, TypeError):
+            raise WireError("a HELLO that is not {origin, epoch, sequence}") from None
+    elif kind == _REFUSE:
+        return Refuse(body.decode("utf-8", "replace"))
+    else:
+        raise WireError(f"unknown frame type {kind}")
+    reader.done()
+    return frame
+
+
+class FrameReader:
+    """Bytes in, frames out: ``feed`` what arrived, get every frame it completes."""
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buffer = bytearray()
+        self._max_frame = max_frame
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._buffer += data
+        frames = []
+        start = 0
+        while len(self._buffer) - start >= _HEADER.size:
+            size, kind = _HEADER.unpack_from(self._buffer, start)
+            if not 1 <= size <= self._max_frame:
+                raise WireError(f"frame of {size} bytes")
+            end = start + 4 + size
+            if end > len(self._buffer):
+                break
+            frames.append(_decode(kind, bytes(self._buffer[start + _HEADER.size:end])))
+            start = end
+        del self._buffer[:start]
+        return frames

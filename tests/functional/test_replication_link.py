@@ -1,0 +1,144 @@
+"""An origin's records reach its mirror over a real loopback link: a publish is acknowledged once the mirror holds
+it, a mirror that stops answering falls out of sync (and the publish is refused when too few copies are left), a
+link that breaks resumes where the mirror got to, and a mirror that lost what it held does not count again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from services.nsqd.replication.mirror_server import MirrorLinkServer
+from services.nsqd.replication.mirror_store import MirrorStore
+from services.nsqd.replication.origin import Origin, ReplicationError
+
+TIMEOUT = 0.5
+
+
+class Mirror:
+    def __init__(self) -> None:
+        self.stores: dict[str, MirrorStore] = {}
+        self.server: asyncio.AbstractServer | None = None
+        self.port = 0
+        self.links: list[MirrorLinkServer] = []
+
+    async def start(self) -> None:
+        def link() -> MirrorLinkServer:
+            self.links.append(MirrorLinkServer(self.stores))
+            return self.links[-1]
+
+        self.server = await asyncio.get_running_loop().create_server(link, "127.0.0.1", self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for link in self.links:
+            if link.transport is not None:
+                link.transport.abort()
+        await self.server.wait_closed()
+        self.links.clear()
+
+    def ids(self, origin: str = "a:4150") -> set[bytes]:
+        return {message.id for _, _, message in self.stores[origin].outstanding()}
+
+
+@pytest.fixture
+async def mirror() -> AsyncIterator[Mirror]:
+    started = Mirror()
+    await started.start()
+    yield started
+    await started.stop()
+
+
+def entries(*numbers: int) -> list[tuple[bytes, bytes, int, int]]:
+    return [(f"{number:016x}".encode(), b"body", 1, 0) for number in numbers]
+
+
+async def until(condition: object, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_acknowledged_once_the_mirror_holds_it_and_finishes_follow(mirror: Mirror) -> None:
+    origin = Origin("a:4150", 1, min_in_sync=2, timeout=TIMEOUT)
+    origin.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
+    link = origin.links["b:4150"]
+    await until(lambda: link.in_sync)
+    await origin.published("t", ("c",), 0, entries(1, 2))
+    assert mirror.ids() == {b"0000000000000001", b"0000000000000002"}  # held before the OK
+    origin.finished("t", "c", [b"0000000000000001"])
+    await until(lambda: mirror.ids() == {b"0000000000000002"})
+    await asyncio.gather(*origin.set_mirrors({}))
+
+
+async def test_a_mirror_that_stops_answering_falls_out_and_too_few_copies_refuse(mirror: Mirror) -> None:
+    origin = Origin("a:4150", 1, min_in_sync=2, timeout=TIMEOUT)
+    origin.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
+    link = origin.links["b:4150"]
+    await until(lambda: link.in_sync)
+    for server_link in mirror.links:
+        assert server_link.transport is not None
+        server_link.transport.pause_reading()  # alive, but not answering
+    with pytest.raises(ReplicationError, match="1 of 2 replicas acknowledged within 0.5s"):
+        await origin.published("t", ("c",), 0, entries(1))
+    assert not link.in_sync
+    with pytest.raises(ReplicationError, match="1 of 2 in-sync replicas"):
+        await origin.published("t", ("c",), 0, entries(2))  # refused at once now
+    assert origin.refused == 2
+    for server_link in mirror.links:
+        assert server_link.transport is not None
+        server_link.transport.resume_reading()
+    await until(lambda: link.in_sync)  # it caught up with everything sent meanwhile
+    assert mirror.ids() == {b"0000000000000001", b"0000000000000002"}
+    await origin.published("t", ("c",), 0, entries(3))
+    await asyncio.gather(*origin.set_mirrors({}))
+
+
+async def test_a_broken_link_resumes_where_the_mirror_got_to(mirror: Mirror) -> None:
+    origin = Origin("a:4150", 1, min_in_sync=1, timeout=TIMEOUT)
+    origin.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
+    link = origin.links["b:4150"]
+    await until(lambda: link.in_sync)
+    await origin.published("t", ("c",), 0, entries(1))
+    await mirror.stop()
+    await until(lambda: not link.connected)
+    await origin.published("t", ("c",), 0, entries(2))  # one copy is enough here: buffered for the mirror
+    origin.finished("t", "c", [b"0000000000000001"])
+    await mirror.start()  # same port, same stores: the mirror process lived on
+    await until(lambda: link.in_sync)
+    assert mirror.ids() == {b"0000000000000002"}
+    await asyncio.gather(*origin.set_mirrors({}))
+
+
+async def test_a_mirror_that_lost_what_it_held_no_longer_counts_for_this_epoch(mirror: Mirror) -> None:
+    origin = Origin("a:4150", 1, min_in_sync=2, timeout=TIMEOUT)
+    origin.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
+    link = origin.links["b:4150"]
+    await until(lambda: link.in_sync)
+    await origin.published("t", ("c",), 0, entries(1))
+    await mirror.stop()
+    mirror.stores.clear()  # restarted empty
+    await mirror.start()
+    await until(lambda: link.connected)
+    assert not link.complete and not link.in_sync
+    with pytest.raises(ReplicationError):
+        await origin.published("t", ("c",), 0, entries(2))
+    await asyncio.gather(*origin.set_mirrors({}))
+
+
+async def test_an_older_epoch_is_refused(mirror: Mirror) -> None:
+    newer = Origin("a:4150", 2, min_in_sync=2, timeout=TIMEOUT)
+    newer.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
+    await until(lambda: newer.links["b:4150"].in_sync)
+    older = Origin("a:4150", 1, min_in_sync=2, timeout=TIMEOUT)
+    older.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
+    await asyncio.sleep(0.3)
+    assert not older.links["b:4150"].in_sync
+    with pytest.raises(ReplicationError):
+        await older.published("t", ("c",), 0, entries(1))
+    assert mirror.stores["a:4150"].epoch == 2
+    await asyncio.gather(*newer.set_mirrors({}), *older.set_mirrors({}))

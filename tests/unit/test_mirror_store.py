@@ -1,0 +1,75 @@
+"""A mirror's copy of an origin's outstanding messages, built from the origin's records."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.nsqd.replication.mirror_store import Mirrored, MirrorStore, OutOfOrder
+from services.nsqd.replication.wire import Distribute, DropChannel, DropTopic, Finish, Message, Publish
+
+
+def ids(count: int, start: int = 0) -> list[bytes]:
+    return [f"{number:016x}".encode() for number in range(start, start + count)]
+
+
+def publish(sequence: int, topic: str, channels: tuple[str, ...], msg_ids: list[bytes], defer_ms: int = 0) -> Publish:
+    return Publish(sequence, topic, channels, defer_ms, tuple(Message(msg_id, 1000, b"body " + msg_id)
+                                                             for msg_id in msg_ids))
+
+
+def outstanding(store: MirrorStore) -> set[tuple[str, str | None, bytes]]:
+    return {(topic, channel, message.id) for topic, channel, message in store.outstanding()}
+
+
+def test_a_message_is_outstanding_in_each_channel_until_that_channel_finishes_it() -> None:
+    store = MirrorStore("a:4150", 1)
+    first, second = ids(2)
+    store.apply(publish(1, "t", ("c1", "c2"), [first, second]))
+    assert store.depth == 4
+    store.apply(Finish(2, "t", "c1", (first, b"never-published!")))
+    assert outstanding(store) == {("t", "c1", second), ("t", "c2", first), ("t", "c2", second)}
+    store.apply(Finish(3, "t", "c2", (first, second)))
+    assert outstanding(store) == {("t", "c1", second)}
+    assert store.applied == 3
+
+
+def test_a_topic_without_channels_holds_its_messages_until_it_hands_them_out() -> None:
+    store = MirrorStore("a:4150", 1)
+    held = ids(3)
+    store.apply(publish(1, "t", (), held))
+    assert outstanding(store) == {("t", None, msg_id) for msg_id in held}
+    store.apply(Distribute(2, "t", ("c1", "c2")))
+    assert outstanding(store) == {("t", channel, msg_id) for channel in ("c1", "c2") for msg_id in held}
+    store.apply(publish(3, "t", (), ids(1, 10)))  # paused, say: held again
+    store.apply(DropTopic(4, "t", held_only=True))  # /topic/empty
+    assert store.depth == 6
+
+
+def test_channels_and_topics_dropped_take_their_messages() -> None:
+    store = MirrorStore("a:4150", 1)
+    store.apply(publish(1, "t", ("c1", "c2"), ids(2)))
+    store.apply(publish(2, "u", ("c1",), ids(2, 5)))
+    store.apply(DropChannel(3, "t", "c1"))
+    assert {(topic, channel) for topic, channel, _ in store.outstanding()} == {("t", "c2"), ("u", "c1")}
+    store.apply(DropTopic(4, "t", held_only=False))
+    store.apply(DropChannel(5, "gone", "c1"))  # nothing there: no error
+    assert {topic for topic, _, _ in store.outstanding()} == {"u"}
+
+
+def test_a_deferred_message_keeps_when_it_is_due_and_its_body_is_held_once() -> None:
+    store = MirrorStore("a:4150", 1)
+    (msg_id,) = ids(1)
+    store.apply(publish(1, "t", ("c1", "c2"), [msg_id], defer_ms=2500))
+    copies = [message for _, _, message in store.outstanding()]
+    assert copies[0] == Mirrored(msg_id, 1000, b"body " + msg_id, 1000 + 2_500_000_000)
+    assert copies[0] is copies[1]
+
+
+def test_records_must_come_in_order() -> None:
+    store = MirrorStore("a:4150", 1)
+    store.apply(publish(1, "t", ("c",), ids(1)))
+    with pytest.raises(OutOfOrder, match="record 3 after 1"):
+        store.apply(publish(3, "t", ("c",), ids(1, 1)))
+    with pytest.raises(OutOfOrder):
+        store.apply(publish(1, "t", ("c",), ids(1, 1)))  # a replay
+    assert store.applied == 1

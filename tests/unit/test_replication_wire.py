@@ -1,0 +1,52 @@
+"""The replication link's frames: each survives encoding, arrives whole however the bytes are cut, and bytes that
+are not a frame are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.nsqd.replication.wire import (Ack, Distribute, DropChannel, DropTopic, Finish, Frame, FrameReader, Hello,
+                                            Message, Publish, Refuse, WireError, encode)
+
+FRAMES: list[Frame] = [
+    Hello("10.0.0.1:4150", 7, 1),
+    Publish(1, "orders", ("archive", "billing"), 0,
+            (Message(b"0123456789abcdef", 1_700_000_000_000_000_000, b"{}"), Message(b"fedcba9876543210", 1, b""))),
+    Publish(2, "orders", (), 1500, (Message(b"0123456789abcdeg", 2, b"x" * 70_000),)),
+    Distribute(3, "orders", ("archive",)),
+    Finish(4, "orders", "archive", (b"0123456789abcdef", b"fedcba9876543210")),
+    DropChannel(5, "orders", "billing#ephemeral"),
+    DropTopic(6, "orders", True),
+    DropTopic(7, "orders", False),
+    Ack(2**40),
+    Refuse("E_STALE_EPOCH epoch 6 is older than 7"),
+]
+
+
+def test_every_frame_comes_back_as_it_was_sent() -> None:
+    reader = FrameReader()
+    assert reader.feed(b"".join(map(encode, FRAMES))) == FRAMES
+
+
+def test_frames_cut_anywhere_arrive_whole_and_in_order() -> None:
+    data = b"".join(map(encode, FRAMES))
+    for step in (1, 3, 7, 1000):
+        reader = FrameReader()
+        received = []
+        for start in range(0, len(data), step):
+            received += reader.feed(data[start:start + step])
+        assert received == FRAMES
+
+
+@pytest.mark.parametrize("data, error", [
+    (b"\x00\x00\x00\x00\x01", "frame of 0 bytes"),
+    (b"\x7f\x00\x00\x00\x01", "frame of"),
+    (b"\x00\x00\x00\x01\x63", "unknown frame type 99"),
+    (b"\x00\x00\x00\x03\x02\x00\x00", "ends inside a field"),
+    (b"\x00\x00\x00\x0a\x02" + b"\x00" * 9, "left over"),
+    (b"\x00\x00\x00\x03\x01{}", "HELLO"),
+    (encode(DropChannel(1, "t", "c")).replace(b"\x01t", b"\x01\xff"), "ASCII"),
+])
+def test_bytes_that_are_not_a_frame_are_refused(data: bytes, error: str) -> None:
+    with pytest.raises(WireError, match=error):
+        FrameReader().feed(data)
