@@ -35,6 +35,7 @@ from .message import ATTEMPTS, BODY, ID, TIMESTAMP, InFlightMessage, QueuedMessa
 
 if TYPE_CHECKING:
     from .options import Options
+    from .replication.origin import Origin
     from .storage import Storage
 
 
@@ -100,6 +101,7 @@ class Channel:
         self.delivered_count = 0
         self._opts = opts
         self._on_last_client_gone = on_last_client_gone
+        self.origin: Origin | None = None  # where finishes are recorded for mirrors (set by the topic)
         self.e2e: LatencyWindow | None = None
         if opts.e2e_processing_latency_percentiles:
             self.e2e = LatencyWindow(opts.e2e_processing_latency_percentiles,
@@ -335,6 +337,7 @@ class Channel:
         in order."""
         in_flight, release, e2e = self.in_flight, self.queue.release, self.e2e
         done = 0
+        finished: list[bytes] | None = None if self.origin is None else []  # for the mirrors
         for msg_id in msg_ids:
             msg = in_flight.get(msg_id)
             if msg is None or msg.client is not consumer:
@@ -343,10 +346,14 @@ class Channel:
             in_flight.pop(msg_id)
             release(msg_id)
             done += 1
+            if finished is not None:
+                finished.append(msg_id)
             if e2e is not None:
                 e2e.add(time.time_ns() - msg.timestamp, time.monotonic())
         if done:
             consumer.finished(done)
+            if self.origin is not None and finished:
+                self.origin.finished(self.topic_name, self.name, finished)
 
     def requeue(self, consumer: Consumer, msg_id: bytes, delay: float) -> None:
         msg = self._owned(consumer, msg_id)
@@ -397,6 +404,8 @@ class Channel:
         """Drop every queued, in-flight and deferred message, as NSQ's /channel/empty does."""
         self.queue.empty()
         self.in_flight.clear()
+        if self.origin is not None:
+            self.origin.channel_dropped(self.topic_name, self.name)
         for consumer in list(self.clients.values()):
             consumer.emptied()
             self.update_ready(consumer)

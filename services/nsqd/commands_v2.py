@@ -26,7 +26,8 @@ from shared.protocol.session_v2 import (Auth, Close, CreateTopic, Finish, Identi
 
 from . import auth, identify, upgrade
 from .channel import ChannelError
-from .topic import TopicError
+from .replication.origin import ReplicationError
+from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
     from shared.auth_reply import AuthState
@@ -82,11 +83,28 @@ async def _query_auth(connection: ConnectionV2, secret: str) -> AuthState:
 def publish(connection: ConnectionV2, request: Publish) -> Reply:
     topic = connection.broker.get_topic(request.topic)
     try:
-        topic.publish(request.bodies, request.defer_ms)
+        replicated = topic.publish(request.bodies, request.defer_ms)
     except TopicError as error:
         raise FatalClientError(f"E_{request.command}_FAILED", f"{request.command} failed {error}") from None
+    if replicated is not None:
+        return _once_replicated(connection, request, topic, replicated)
     connection.client.published(request.topic, len(request.bodies))
     return topic.when_started(OK)
+
+
+async def _once_replicated(connection: ConnectionV2, request: Publish, topic: Topic,
+                           replicated: Awaitable[None]) -> bytes | None:
+    """OK once the mirrors hold the publish; too few copies fail it as a refused write does."""
+    try:
+        await replicated
+    except ReplicationError as error:
+        raise FatalClientError(f"E_{request.command}_FAILED", f"{request.command} failed {error}") from None
+    connection.client.published(request.topic, len(request.bodies))
+    return await _answer(topic.when_started(OK))
+
+
+async def _answer(reply: bytes | Awaitable[bytes]) -> bytes:
+    return reply if isinstance(reply, bytes) else await reply
 
 
 def create_topic(connection: ConnectionV2, request: CreateTopic) -> None:

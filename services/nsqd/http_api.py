@@ -27,6 +27,7 @@ from shared.runtime_config import address_list, option_value, set_log_level
 from shared.version import VERSION
 
 from .message import QueuedMessage
+from .replication.origin import ReplicationError
 from .topic import Topic, TopicError, TopicFull
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ class _API:
 
     def _publish(self, topic: Topic, bodies: list[bytes], defer_ms: int = 0) -> Response | Awaitable[Response]:
         try:
-            topic.publish(bodies, defer_ms)
+            replicated = topic.publish(bodies, defer_ms)
         except TopicError as error:
             if topic.exiting:
                 raise HTTPError(503, "EXITING") from None
@@ -184,6 +185,8 @@ class _API:
                 raise HTTPError(500, f"QUEUE_FULL - {error}") from None
             log.error("failed to publish to topic(%s) - %s", topic.name, error)
             raise HTTPError(500, "INTERNAL_ERROR") from None  # the disk refused it
+        if replicated is not None:
+            return _once_replicated(topic, replicated)
         return topic.when_started(_OK)
 
     def _publish_topic(self, request: Request) -> Topic:
@@ -368,6 +371,16 @@ class _API:
         if name != "log_level":
             raise HTTPError(400, "INVALID_OPTION")
         set_log_level(self.opts, "nsqd", body)
+
+
+async def _once_replicated(topic: Topic, replicated: Awaitable[None]) -> Response:
+    """200 OK once the mirrors hold the publish; 500 when too few copies do."""
+    try:
+        await replicated
+    except ReplicationError as error:
+        raise HTTPError(500, f"PUB_FAILED - {error}") from None
+    started = topic.when_started(_OK)
+    return started if isinstance(started, Response) else await started
 
 
 async def _peek(queue: MessageQueue, count: int) -> Response:

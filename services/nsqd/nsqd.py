@@ -37,12 +37,16 @@ from .stats import GCPauses
 from .topic import Topic
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Awaitable, Iterator
 
     from .auth_client import AuthClient
     from .metrics import NSQDCollector
     from .node_id_check import NodeIdCheck
     from .replication.membership import Membership
+    from .replication.mirror_server import MirrorLinkServer
+    from .replication.mirror_store import MirrorStore
+    from .replication.origin import Origin
+    from .replication.placement import ClusterNodes, Nodes
 
 log = logging.getLogger("nsqd")
 
@@ -91,6 +95,13 @@ class NSQD:
         self._metadata_task: asyncio.Task[None] | None = None
         self.membership: Membership | None = None  # with --etcd-address
         self._membership_start: asyncio.Task[None] | None = None
+        self.cluster_nodes: ClusterNodes | None = None  # with --replication-factor above 1
+        self.origin: Origin | None = None  # this nsqd's records for its mirrors (--replication-factor above 1)
+        self.mirror_stores: dict[str, MirrorStore] = {}  # what this nsqd mirrors, by origin
+        self._replication_server: asyncio.AbstractServer | None = None
+        self.replication_address: tuple[str, int] = ("", 0)
+        self._origin_changes: set[asyncio.Task[None]] = set()
+        self._mirror_links: set[MirrorLinkServer] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -126,7 +137,7 @@ class NSQD:
         gc.callbacks.append(self.gc_pauses)
         await self.set_lookupd_addresses(self.opts.nsqlookupd_tcp_addresses)
         if self.opts.etcd_addresses:
-            self._membership_start = asyncio.create_task(self._join_cluster(), name="etcd-membership-start")
+            await self._start_replication()
         self._scan_task = asyncio.create_task(self._scanner.run(), name="queue-scan")
 
     async def stop(self) -> None:
@@ -138,12 +149,7 @@ class NSQD:
             connection.close()
         for peer in self.lookup_peers.values():
             await peer.stop()
-        if self._membership_start is not None:
-            self._membership_start.cancel()
-            await asyncio.wait({self._membership_start})
-        if self.membership is not None:
-            await self.membership.stop()
-            await self.membership.etcd.close()
+        await self._stop_replication()
         if self._node_id_check_start is not None:
             self._node_id_check_start.cancel()
             await asyncio.wait({self._node_id_check_start})
@@ -203,6 +209,7 @@ class NSQD:
         topic = self.topics.get(name)
         if topic is None:
             topic = Topic(name, self.opts, self.storage, self._channels_changed)
+            topic.set_origin(self.origin)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
             if any(peer.http_address for peer in self.lookup_peers.values()) and not topic.ephemeral:
@@ -310,23 +317,86 @@ class NSQD:
 
     # -- replication -----------------------------------------------------------------------------------------
 
+    async def _start_replication(self) -> None:
+        """Listens for origins that mirror their queues here, makes this nsqd an origin (at a factor above 1), and
+        registers it in etcd, whose client (aiohttp's) is imported on a thread, so that serving goes on meanwhile."""
+        from .replication.mirror_server import MirrorLinkServer
+        from .replication.origin import Origin
+
+        stores, links = self.mirror_stores, self._mirror_links
+        self._replication_server, self.replication_address = await listen_tcp(
+            self.opts.replication_address, lambda: MirrorLinkServer(stores, links), log, label="REPLICATION")
+        if self.opts.replication_factor > 1:
+            self.origin = Origin(self._broadcast_tcp_address(), 0, self.opts.min_in_sync,
+                                 self.opts.replication_timeout)
+            for topic in self.topics.values():
+                topic.set_origin(self.origin)
+        self._membership_start = asyncio.create_task(self._join_cluster(), name="etcd-membership-start")
+
     async def _join_cluster(self) -> None:
-        """Registers this nsqd in etcd; the client (aiohttp's) is imported on a thread, so that the event loop
-        goes on serving meanwhile."""
         await asyncio.to_thread(_import_etcd_client)
         from shared.etcd.client import Etcd
 
         from .replication.membership import Membership
+        from .replication.placement import ClusterNodes
 
         etcd = Etcd(self.opts.etcd_addresses, timeout=self.opts.http_client_request_timeout)
         self.membership = Membership(etcd, self._broadcast_tcp_address(), self._membership_info,
-                                     self.opts.replication_liveness_timeout)
+                                     self.opts.replication_liveness_timeout, self._registered)
         self.membership.start()
+        if self.origin is not None:
+            self.cluster_nodes = ClusterNodes(etcd, self._nodes_changed)
+            self.cluster_nodes.start()
 
     def _membership_info(self) -> dict[str, object]:
         return {"node": self._broadcast_tcp_address(), "node_id": self.opts.node_id, "hostname": self.hostname,
                 "broadcast_address": self.opts.broadcast_address, "tcp_port": self._broadcast_tcp_port(),
-                "http_port": self.opts.broadcast_http_port or self.http_address[1], "version": VERSION}
+                "http_port": self.opts.broadcast_http_port or self.http_address[1], "version": VERSION,
+                "replication_address": join_host_port(self.opts.broadcast_address, self.replication_address[1])}
+
+    def _registered(self, epoch: int) -> None:
+        """A new epoch: the links to the mirrors start over under it."""
+        if self.origin is not None:
+            self._change_origin(self._restart_origin(epoch))
+
+    async def _restart_origin(self, epoch: int) -> None:
+        assert self.origin is not None
+        await self.origin.restart(epoch)
+        if self.cluster_nodes is not None:
+            self._nodes_changed(self.cluster_nodes.nodes)
+
+    def _nodes_changed(self, nodes: Nodes) -> None:
+        from .replication.placement import choose_mirrors
+
+        if self.origin is None or not self.origin.epoch:
+            return  # not registered yet: the links start with the epoch
+        mirrors = choose_mirrors(self.origin.node, nodes, self.opts.replication_factor - 1)
+        for closing in self.origin.set_mirrors(mirrors):
+            self._change_origin(closing)
+
+    def _change_origin(self, change: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(change)
+        self._origin_changes.add(task)
+        task.add_done_callback(self._origin_changes.discard)
+
+    async def _stop_replication(self) -> None:
+        if self._membership_start is not None:
+            self._membership_start.cancel()
+            await asyncio.wait({self._membership_start})
+        for task in list(self._origin_changes):
+            await asyncio.wait({task})
+        if self.cluster_nodes is not None:
+            await self.cluster_nodes.stop()
+        if self.origin is not None:
+            await asyncio.gather(*self.origin.set_mirrors({}))
+        if self.membership is not None:
+            await self.membership.stop()
+            await self.membership.etcd.close()
+        if self._replication_server is not None:
+            self._replication_server.close()
+            for link in list(self._mirror_links):
+                if link.transport is not None:
+                    link.transport.close()
 
     # -- metadata --------------------------------------------------------------------------------------------
 

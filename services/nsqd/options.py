@@ -132,6 +132,15 @@ class Options(ProgramOptions):
             "given multiple times; default none: replication off)", flag="etcd-address")
     replication_liveness_timeout: float = option(10.0, "how long an nsqd may go without renewing its lease in "
                                                        "etcd before the cluster counts it out", kind="duration")
+    replication_address: str = option("0.0.0.0:4153", "<addr>:<port> to listen on for other nsqd mirroring "
+                                                      "their queues here (with --etcd-address)")
+    replication_factor: int = option(1, "copies of every message this nsqd takes, its own included: it mirrors "
+                                        "its queues on factor - 1 other nsqd (1: none)")
+    replication_min_in_sync: int = option(0, "copies (its own included) a publish must have before it is "
+                                             "acknowledged, else it fails (default: a majority of "
+                                             "--replication-factor)")
+    replication_timeout: float = option(5.0, "how long a publish waits for a mirror before the mirror is out of "
+                                             "sync", kind="duration")
     http_allow_cross_site: bool = option(False, "serve the state-changing HTTP requests (POST, PUT) a browser "
                                                 "sends for another site's page, and let other sites frame these "
                                                 "pages, as NSQ does (otherwise: 403 CROSS_SITE_REQUEST, no framing)")
@@ -175,10 +184,26 @@ class Options(ProgramOptions):
                      "queue_scan_worker_pool_max"):
             if getattr(self, name) <= 0:
                 raise FlagError(f"--{name.replace('_', '-')} must be > 0")
-        if self.replication_liveness_timeout < 1:
-            raise FlagError("--replication-liveness-timeout must be >= 1s")
+        self._validate_replication()
         if self.queue_scan_interval <= 0 or self.queue_scan_refresh_interval <= 0:
             raise FlagError("--queue-scan-interval and --queue-scan-refresh-interval must be > 0")
+
+    def _validate_replication(self) -> None:
+        if self.replication_liveness_timeout < 1:
+            raise FlagError("--replication-liveness-timeout must be >= 1s")
+        if self.replication_factor < 1:
+            raise FlagError("--replication-factor must be >= 1")
+        if self.replication_factor > 1 and not self.etcd_addresses:
+            raise FlagError("--replication-factor above 1 needs --etcd-address")
+        if not 0 <= self.replication_min_in_sync <= self.replication_factor:
+            raise FlagError("--replication-min-in-sync must be in [1, --replication-factor] (0: a majority)")
+        if self.replication_timeout <= 0:
+            raise FlagError("--replication-timeout must be > 0")
+
+    @property
+    def min_in_sync(self) -> int:
+        """Copies a publish needs, this nsqd's own included."""
+        return self.replication_min_in_sync or self.replication_factor // 2 + 1
 
     def _validate_lookupd_tls(self) -> None:
         if bool(self.lookupd_tls_cert) != bool(self.lookupd_tls_key):

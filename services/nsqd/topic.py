@@ -31,6 +31,7 @@ T = TypeVar("T")
 
 if TYPE_CHECKING:
     from .options import Options
+    from .replication.origin import Origin
     from .storage import Storage
 
 
@@ -63,6 +64,8 @@ class Topic:
         self._opts = opts
         self._guid = GuidFactory(opts.node_id)
         self._on_channel_change = on_channel_change
+        # where what happens to this topic's messages is recorded for its mirrors (replication on, not ephemeral)
+        self.origin: Origin | None = None
 
     def __repr__(self) -> str:
         return f"Topic({self.name})"
@@ -79,9 +82,11 @@ class Topic:
     def dropped_count(self) -> int:
         return self.queue.dropped_count
 
-    def publish(self, bodies: list[bytes], defer_ms: int = 0) -> None:
+    def publish(self, bodies: list[bytes], defer_ms: int = 0) -> Awaitable[None] | None:
         """Accepts all of ``bodies``, or raises TopicError: the publish is then not acknowledged, though with several
-        channels the ones before the refusing one may have taken it (a retry makes duplicates there, never a loss)."""
+        channels the ones before the refusing one may have taken it (a retry makes duplicates there, never a loss).
+        With replication, what the acknowledgement waits for: done once enough mirrors hold the publish, or
+        ReplicationError."""
         if self.exiting:
             raise TopicError("exiting")
         count = len(bodies)
@@ -91,8 +96,9 @@ class Topic:
             entries = [(self._guid.next_id(), bodies[0], timestamp, 0)]
         else:
             entries = list(zip(self._guid.next_ids(count), bodies, repeat(timestamp, count), repeat(0, count)))
+        held = self.paused or not self.channels or not self.started
         try:
-            if self.paused or not self.channels or not self.started:
+            if held:
                 self._hold(entries, defer_ms)
             else:
                 self._distribute(entries, defer_ms)
@@ -104,6 +110,13 @@ class Topic:
         self.message_bytes += len(bodies[0]) if count == 1 else sum(map(len, bodies))
         if self._health.error is not None:  # taken again: nsqd no longer refuses what it is sent
             self._health.write_succeeded()
+        if self.origin is None:
+            return None
+        return self.origin.published(self.name, () if held else self._durable_channels(), defer_ms, entries)
+
+    def _durable_channels(self) -> tuple[str, ...]:
+        """The channels mirrored: an ephemeral channel's messages are gone with its nsqd anyway."""
+        return tuple(name for name, channel in self.channels.items() if not channel.ephemeral)
 
     def _hold(self, entries: list[QueuedMessage], defer_ms: int) -> None:
         """Until a channel takes them; OSError (QueueFull) if the queue refuses them, none held then."""
@@ -135,6 +148,8 @@ class Topic:
         other clients are served while a large backlog moves."""
         if self.paused or not self.channels or not self.started or self.exiting:
             return
+        if self.origin is not None and (len(self.queue) or len(self.queue.deferred)):
+            self.origin.distributed(self.name, self._durable_channels())
         channels = self.channels.values()
         if self.queue.memory:
             entries = self.queue.take_memory()
@@ -194,6 +209,7 @@ class Topic:
         if channel is None:
             channel = Channel(self.name, name, self._opts, self._storage, self._channel_lost_last_client)
             channel.ttl_ns = self.ttl_ns
+            channel.origin = None if channel.ephemeral else self.origin
             self.channels[name] = channel
             self._pump_backlog()
             self._on_channel_change(self)
@@ -216,6 +232,12 @@ class Topic:
             self._on_channel_change(self)
         return channel
 
+    def set_origin(self, origin: Origin | None) -> None:
+        """Records for mirrors from now on (not for an ephemeral topic or channel)."""
+        self.origin = None if self.ephemeral else origin
+        for channel in self.channels.values():
+            channel.origin = None if channel.ephemeral else self.origin
+
     def _channel_lost_last_client(self, channel: Channel) -> None:
         if self.channels.get(channel.name) is channel:
             self.delete_channel(channel.name)
@@ -232,6 +254,8 @@ class Topic:
     def empty(self) -> None:
         """Drops the topic's own queue, not its channels' (NSQ's /topic/empty)."""
         self.queue.empty()
+        if self.origin is not None:
+            self.origin.topic_dropped(self.name, held_only=True)
 
     def close(self) -> None:
         self.exiting = True
@@ -244,6 +268,8 @@ class Topic:
         for name in list(self.channels):
             self.delete_channel(name)
         self.queue.delete()
+        if self.origin is not None:
+            self.origin.topic_dropped(self.name, held_only=False)
 
     def flush_to_disk(self) -> None:
         """At exit: the topic's and its channels' messages go to their disk queues, which are closed."""

@@ -25,7 +25,7 @@ class Mirror:
 
     async def start(self) -> None:
         def link() -> MirrorLinkServer:
-            self.links.append(MirrorLinkServer(self.stores))
+            self.links.append(MirrorLinkServer(self.stores, set()))
             return self.links[-1]
 
         self.server = await asyncio.get_running_loop().create_server(link, "127.0.0.1", self.port)

@@ -3,8 +3,9 @@
 and the others can tell.
 
 The lease is renewed every third of its time to live. A renewal that finds the lease ended (the nsqd was paused,
-or cut off from etcd, for longer than its time to live) means the cluster has counted this nsqd out:
-``on_lost`` is told, and the nsqd registers again under a new lease, as a member starting afresh. Until a lease
+or cut off from etcd, for longer than its time to live) means the cluster has counted this nsqd out: it registers
+again under a new lease, as a member starting afresh. Each registration is an epoch, the etcd revision of its
+write (``on_registered`` is told): it only grows, so mirrors can tell a newer registration from an older one. Until a lease
 is granted, or while etcd does not answer, it keeps trying, once a second. ``alive_until`` is how long this nsqd
 can be sure its lease still holds, counted from before its last renewal was sent.
 """
@@ -29,7 +30,7 @@ RETRY = 1.0  # seconds between attempts while etcd does not answer
 
 class Membership:
     def __init__(self, etcd: Etcd, node: str, info: Callable[[], dict[str, Any]], liveness_timeout: float,
-                 on_lost: Callable[[], None] = lambda: None) -> None:
+                 on_registered: Callable[[int], None] = lambda epoch: None) -> None:
         self.etcd = etcd
         self.node = node
         self.key = NODES + node
@@ -37,8 +38,9 @@ class Membership:
         self.lease = 0
         self.alive_until = 0.0  # time.monotonic()
         self.leases_lost = 0
+        self.epoch = 0  # the etcd revision of the latest registration
         self._info = info
-        self._on_lost = on_lost
+        self._on_registered = on_registered
         self._task: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
 
@@ -71,10 +73,11 @@ class Membership:
     async def _register(self) -> None:
         asked_at = time.monotonic()
         lease = await self.etcd.grant(self.ttl)
-        await self.etcd.put(self.key, json.dumps(self._info()).encode(), lease)
+        self.epoch = await self.etcd.put(self.key, json.dumps(self._info()).encode(), lease)
         self.lease, self.alive_until = lease, asked_at + self.ttl
         self.registered.set()
-        log.info("ETCD: registered %s (lease %x, %d s)", self.key, lease, self.ttl)
+        log.info("ETCD: registered %s (lease %x, %d s, epoch %d)", self.key, lease, self.ttl, self.epoch)
+        self._on_registered(self.epoch)
 
     async def _renew(self) -> None:
         asked_at = time.monotonic()
@@ -86,4 +89,3 @@ class Membership:
         self.lease = 0
         self.leases_lost += 1
         self.registered.clear()
-        self._on_lost()

@@ -22,8 +22,9 @@ log = logging.getLogger("nsqd")
 class MirrorLinkServer(asyncio.Protocol):
     """One origin's link, on the mirror."""
 
-    def __init__(self, stores: dict[str, MirrorStore]) -> None:
+    def __init__(self, stores: dict[str, MirrorStore], links: set[MirrorLinkServer]) -> None:
         self._stores = stores
+        self._links = links  # every open link, closed when nsqd stops
         self._store: MirrorStore | None = None
         self._reader = FrameReader()
         self._magic = b""
@@ -33,6 +34,10 @@ class MirrorLinkServer(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self._remote = str(transport.get_extra_info("peername"))
+        self._links.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._links.discard(self)
 
     def data_received(self, data: bytes) -> None:
         if len(self._magic) < len(MAGIC):

@@ -229,13 +229,20 @@ class Origin:
         if len(in_sync) + 1 < self.min_in_sync:
             self.refused += 1
             raise ReplicationError(f"{len(in_sync) + 1} of {self.min_in_sync} in-sync replicas")
+        if not in_sync:
+            return
         waits = {link.acknowledged(sequence): link for link in in_sync}
-        if waits:
-            _, late = await asyncio.wait(waits, timeout=self.timeout)
-            for waiter in late:
-                waiter.cancel()
-                waits[waiter].fall_out()
-            if len(in_sync) - len(late) + 1 < self.min_in_sync:
-                self.refused += 1
-                raise ReplicationError(f"{len(in_sync) - len(late) + 1} of {self.min_in_sync} replicas "
-                                       f"acknowledged within {self.timeout:g}s")
+        done, late = await asyncio.wait(waits, timeout=self.timeout)
+        for waiter in late:
+            waiter.cancel()
+            waits[waiter].fall_out()
+        copies = 1 + sum(not waiter.cancelled() for waiter in done)  # a cancelled wait: its link was closed
+        if copies < self.min_in_sync:
+            self.refused += 1
+            raise ReplicationError(f"{copies} of {self.min_in_sync} replicas acknowledged within {self.timeout:g}s")
+
+    async def restart(self, epoch: int) -> None:
+        """A new epoch (this nsqd registered again): every link starts over, and records are numbered from 1."""
+        await asyncio.gather(*self.set_mirrors({}))
+        self.epoch = epoch
+        self.sequence = 0

@@ -1,0 +1,120 @@
+"""Three nsqd at --replication-factor=3 with a real etcd: each mirrors its queues on the other two, a publish is
+acknowledged once both hold it, consumer progress follows, and publishes that cannot have enough copies fail with
+E_PUB_FAILED (HTTP 500) rather than being acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from harness.etcd import EtcdCluster, start_etcd
+from harness.processes import NSQDProcess, wait_for
+from harness.wire import WireClient
+from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_command
+
+
+@pytest.fixture
+def etcd() -> Iterator[EtcdCluster]:
+    cluster = start_etcd()
+    yield cluster
+    cluster.stop()
+
+
+def replication(nsqd: NSQDProcess) -> dict[str, Any]:
+    stats: dict[str, Any] = json.loads(nsqd.http("GET", "/stats?format=json")[2])["replication"]
+    return stats
+
+
+def mirrored_depth(mirror: NSQDProcess, origin: NSQDProcess) -> int:
+    for store in replication(mirror)["mirroring"]:
+        if store["origin"] == f"127.0.0.1:{origin.tcp_port}":
+            return int(store["depth"])
+    return -1
+
+
+def start_cluster(etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess], *flags: str) -> list[NSQDProcess]:
+    nodes = [nsqd_factory(f"--etcd-address={etcd.addresses[0]}", "--replication-address=127.0.0.1:0",
+                          "--replication-factor=3", "--replication-liveness-timeout=2s", *flags) for _ in range(3)]
+    for nsqd in nodes:
+        wait_for(lambda: sum(mirror["in_sync"] for mirror in replication(nsqd)["mirrors"]) == 2, 10,
+                 lambda: f"two in-sync mirrors: {replication(nsqd)}")
+    return nodes
+
+
+def test_a_publish_is_held_by_both_mirrors_before_it_is_acknowledged_and_finishes_follow(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    a, b, c = start_cluster(etcd, nsqd_factory)
+    a.multi_publish("orders", [b"%d" % number for number in range(100)])
+    # acknowledged: both mirrors hold every message already, without waiting
+    assert mirrored_depth(b, a) == mirrored_depth(c, a) == 100
+    assert replication(a)["min_in_sync"] == 2
+
+    async def consume() -> None:
+        consumer = await WireClient.connect(a.tcp_address)
+        await consumer.subscribe("orders", "archive", rdy=100)
+        for message in await consumer.read_messages(100):
+            await consumer.command(b"FIN", message.id)
+        producer = await WireClient.connect(a.tcp_address)
+        await producer.command(b"PUB", b"orders", body=b"over TCP")
+        assert await producer.read_frame() == Frame(FRAME_TYPE_RESPONSE, b"OK")
+        for client in (consumer, producer):
+            client.writer.close()
+            await client.writer.wait_closed()
+
+    asyncio.run(consume())
+    # the 100 finished; the one published over TCP waits in the channel, on both mirrors
+    wait_for(lambda: mirrored_depth(b, a) == mirrored_depth(c, a) == 1, 5, "the finishes on both mirrors")
+
+
+def test_a_lost_mirror_falls_out_and_too_few_copies_refuse_the_publish(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    a, b, c = start_cluster(etcd, nsqd_factory, "--replication-timeout=1s")
+    b.process.send_signal(signal.SIGSTOP)  # alive to the kernel, answering nothing
+    try:
+        a.publish("orders", b"two copies are enough")  # b falls out after the timeout; a and c hold it
+        assert [mirror["in_sync"] for mirror in replication(a)["mirrors"]].count(True) == 1
+        c.process.send_signal(signal.SIGSTOP)
+        try:
+            status, _, body = a.http("POST", "/pub?topic=orders", b"one copy is not")
+            assert status == 500 and json.loads(body)["message"].startswith("PUB_FAILED - 1 of 2"), (status, body)
+
+            async def publish_over_tcp() -> Frame:
+                producer = await WireClient.connect(a.tcp_address)
+                await producer.command(b"PUB", b"orders", body=b"nor over TCP")
+                frame = await producer.read_frame()
+                producer.writer.close()
+                await producer.writer.wait_closed()
+                return frame
+
+            frame = asyncio.run(publish_over_tcp())
+            assert frame.frame_type == FRAME_TYPE_ERROR and frame.data.startswith(b"E_PUB_FAILED PUB failed 1 of 2")
+            assert replication(a)["refused_publishes"] == 2
+        finally:
+            c.process.send_signal(signal.SIGCONT)
+    finally:
+        b.process.send_signal(signal.SIGCONT)
+    # both come back: they get what they missed and count again
+    wait_for(lambda: sum(mirror["in_sync"] for mirror in replication(a)["mirrors"]) == 2, 15,
+             lambda: f"both mirrors in sync again: {replication(a)}")
+    a.publish("orders", b"three copies again")
+
+
+def test_without_etcd_flags_stats_keep_nsqs_shape(nsqd: NSQDProcess) -> None:
+    assert "replication" not in json.loads(nsqd.http("GET", "/stats?format=json")[2])
+
+
+def test_a_factor_above_one_needs_etcd(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    from harness.processes import ROOT
+
+    result = subprocess.run([sys.executable, "-m", "services.nsqd", "--replication-factor=3",
+                             f"--data-path={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert "--replication-factor above 1 needs --etcd-address" in result.stdout + result.stderr
