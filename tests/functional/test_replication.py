@@ -38,10 +38,12 @@ def mirrored_depth(mirror: NSQDProcess, origin: NSQDProcess) -> int:
 
 
 def start_cluster(etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess], *flags: str) -> list[NSQDProcess]:
+    # a liveness timeout well above the pauses below: a node counted out joins as a new mirror, which is not
+    # caught up (yet), rather than the one that fell behind
     nodes = [nsqd_factory(f"--etcd-address={etcd.addresses[0]}", "--replication-address=127.0.0.1:0",
-                          "--replication-factor=3", "--replication-liveness-timeout=2s", *flags) for _ in range(3)]
+                          "--replication-factor=3", "--replication-liveness-timeout=15s", *flags) for _ in range(3)]
     for nsqd in nodes:
-        wait_for(lambda: sum(mirror["in_sync"] for mirror in replication(nsqd)["mirrors"]) == 2, 10,
+        wait_for(lambda: sum(mirror["in_sync"] for mirror in replication(nsqd)["mirrors"]) == 2, 20,
                  lambda: f"two in-sync mirrors: {replication(nsqd)}")
     return nodes
 
