@@ -13,6 +13,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.processes import free_port
 
@@ -95,23 +96,34 @@ class EtcdCluster:
 
     def get(self, key: str) -> bytes | None:
         """The key's value, read (linearizably) from the first running member that answers."""
-        body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+        kvs = self._call("kv/range", {"key": _b64(key.encode())}).get("kvs", [])
+        return base64.b64decode(kvs[0].get("value", "")) if kvs else None
+
+    def put(self, key: str, value: bytes) -> None:
+        self._call("kv/put", {"key": _b64(key.encode()), "value": _b64(value)})
+
+    def _call(self, path: str, request: dict[str, str]) -> dict[str, Any]:
+        body = json.dumps(request).encode()
         for member in self.members:
             if member.process is None:
                 continue
-            request = urllib.request.Request(f"http://{member.address}/v3/kv/range", data=body, method="POST")
+            http = urllib.request.Request(f"http://{member.address}/v3/{path}", data=body, method="POST")
             try:
-                with urllib.request.urlopen(request, timeout=5) as answer:
-                    kvs = json.loads(answer.read()).get("kvs", [])
+                with urllib.request.urlopen(http, timeout=5) as answer:
+                    answered: dict[str, Any] = json.loads(answer.read())
+                    return answered
             except OSError:
                 continue
-            return base64.b64decode(kvs[0].get("value", "")) if kvs else None
         raise RuntimeError("no etcd member answered")
 
     def stop(self) -> None:
         for member in self.members:
             self.stop_member(member)
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 def start_etcd(size: int = 1) -> EtcdCluster:

@@ -343,10 +343,16 @@ class NSQD:
         etcd = Etcd(self.opts.etcd_addresses, timeout=self.opts.http_client_request_timeout)
         self.membership = Membership(etcd, self._broadcast_tcp_address(), self._membership_info,
                                      self.opts.replication_liveness_timeout, self._registered)
-        self.membership.start()
         if self.origin is not None:
+            from .replication.in_sync import InSyncRecord
+
+            membership = self.membership
+            self.origin.record_in_sync = InSyncRecord(etcd, self.origin.node).write
+            # surely alive: registered, and the lease renewed within its time to live (counted from before asking)
+            self.origin.lease_holds = lambda: membership.epoch == 0 or time.monotonic() < membership.alive_until
             self.cluster_nodes = ClusterNodes(etcd, self._nodes_changed)
             self.cluster_nodes.start()
+        self.membership.start()
 
     def _membership_info(self) -> dict[str, object]:
         return {"node": self._broadcast_tcp_address(), "node_id": self.opts.node_id, "hostname": self.hostname,

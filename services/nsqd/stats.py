@@ -97,6 +97,7 @@ def replication_stats(nsqd: NSQD) -> dict[str, Any]:
         "epoch": origin.epoch if origin else (nsqd.membership.epoch if nsqd.membership else 0),
         "replication_factor": nsqd.opts.replication_factor, "min_in_sync": nsqd.opts.min_in_sync,
         "records": origin.sequence if origin else 0, "refused_publishes": origin.refused if origin else 0,
+        "in_sync_recorded": sorted(origin.recorded) if origin else [], "fenced": origin.fenced if origin else False,
         "mirrors": [{"node": link.mirror, "address": link.address, "connected": link.connected,
                      "in_sync": link.in_sync, "acknowledged": link.acked,
                      "lag": (origin.sequence - link.acked) if origin else 0}

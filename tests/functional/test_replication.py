@@ -37,6 +37,16 @@ def mirrored_depth(mirror: NSQDProcess, origin: NSQDProcess) -> int:
     return -1
 
 
+def recorded_in_sync(etcd: EtcdCluster, origin: NSQDProcess) -> list[str] | None:
+    """The in-sync set etcd holds for ``origin``, by port."""
+    value = etcd.get(f"/nsq/mirrors/127.0.0.1:{origin.tcp_port}")
+    return None if value is None else [node.rsplit(":", 1)[1] for node in json.loads(value)["in_sync"]]
+
+
+def ports(*nodes: NSQDProcess) -> list[str]:
+    return sorted(str(nsqd.tcp_port) for nsqd in nodes)
+
+
 def start_cluster(etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess], *flags: str) -> list[NSQDProcess]:
     # a liveness timeout well above the pauses below: a node counted out joins as a new mirror, which is not
     # caught up (yet), rather than the one that fell behind
@@ -51,6 +61,8 @@ def start_cluster(etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess], *
 def test_a_publish_is_held_by_both_mirrors_before_it_is_acknowledged_and_finishes_follow(
         etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
     a, b, c = start_cluster(etcd, nsqd_factory)
+    wait_for(lambda: recorded_in_sync(etcd, a) == ports(b, c), 10, "a's in-sync set in etcd")
+    assert json.loads(etcd.get(f"/nsq/mirrors/127.0.0.1:{a.tcp_port}") or b"")["epoch"] == replication(a)["epoch"]
     a.multi_publish("orders", [b"%d" % number for number in range(100)])
     # acknowledged: both mirrors hold every message already, without waiting
     assert mirrored_depth(b, a) == mirrored_depth(c, a) == 100
@@ -78,8 +90,10 @@ def test_a_lost_mirror_falls_out_and_too_few_copies_refuse_the_publish(
     a, b, c = start_cluster(etcd, nsqd_factory, "--replication-timeout=1s")
     b.process.send_signal(signal.SIGSTOP)  # alive to the kernel, answering nothing
     try:
+        wait_for(lambda: recorded_in_sync(etcd, a) == ports(b, c), 10, "a's in-sync set in etcd")
         a.publish("orders", b"two copies are enough")  # b falls out after the timeout; a and c hold it
         assert [mirror["in_sync"] for mirror in replication(a)["mirrors"]].count(True) == 1
+        assert recorded_in_sync(etcd, a) == ports(c)  # out of the set in etcd before the OK went out
         c.process.send_signal(signal.SIGSTOP)
         try:
             status, _, body = a.http("POST", "/pub?topic=orders", b"one copy is not")
@@ -103,7 +117,27 @@ def test_a_lost_mirror_falls_out_and_too_few_copies_refuse_the_publish(
     # both come back: they get what they missed and count again
     wait_for(lambda: sum(mirror["in_sync"] for mirror in replication(a)["mirrors"]) == 2, 15,
              lambda: f"both mirrors in sync again: {replication(a)}")
+    wait_for(lambda: recorded_in_sync(etcd, a) == ports(b, c), 10, "both back in the set in etcd")
     a.publish("orders", b"three copies again")
+
+
+def test_an_origin_whose_in_sync_record_another_nsqd_wrote_acknowledges_nothing_more(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    a, b, c = start_cluster(etcd, nsqd_factory, "--replication-timeout=1s")
+    wait_for(lambda: recorded_in_sync(etcd, a) == ports(b, c), 10, "a's in-sync set in etcd")
+    # what a mirror adopting a's messages would write: a's epoch is over
+    etcd.put(f"/nsq/mirrors/127.0.0.1:{a.tcp_port}", json.dumps({"epoch": replication(a)["epoch"],
+                                                                 "adopted_by": "elsewhere"}).encode())
+    b.process.send_signal(signal.SIGSTOP)
+    try:
+        status, _, body = a.http("POST", "/pub?topic=orders", b"b is out: a must record that, and cannot")
+        assert status == 500 and b"written by another nsqd" in body, (status, body)
+    finally:
+        b.process.send_signal(signal.SIGCONT)
+    wait_for(lambda: sum(mirror["in_sync"] for mirror in replication(a)["mirrors"]) == 2, 15, "b back in sync")
+    status, _, body = a.http("POST", "/pub?topic=orders", b"every mirror answers, and still")
+    assert status == 500 and b"epoch" in body and b"is over" in body, (status, body)
+    assert replication(a)["fenced"]
 
 
 def test_without_etcd_flags_stats_keep_nsqs_shape(nsqd: NSQDProcess) -> None:

@@ -142,3 +142,14 @@ async def test_an_older_epoch_is_refused(mirror: Mirror) -> None:
         await older.published("t", ("c",), 0, entries(1))
     assert mirror.stores["a:4150"].epoch == 2
     await asyncio.gather(*newer.set_mirrors({}), *older.set_mirrors({}))
+
+
+async def test_nothing_is_acknowledged_once_the_lease_may_have_ended(mirror: Mirror) -> None:
+    origin = Origin("a:4150", 1, min_in_sync=2, timeout=TIMEOUT)
+    origin.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
+    await until(lambda: origin.links["b:4150"].in_sync)
+    origin.lease_holds = lambda: False  # paused past its lease, say: the cluster may be adopting its messages
+    with pytest.raises(ReplicationError, match="lease in etcd may have ended"):
+        await origin.published("t", ("c",), 0, entries(1))
+    assert mirror.ids() == {b"0000000000000001"}  # the mirror holds it; the producer was told it failed
+    await asyncio.gather(*origin.set_mirrors({}))

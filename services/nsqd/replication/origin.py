@@ -6,7 +6,10 @@ acknowledges them within ``--replication-timeout``. A publish is answered once e
 it; a mirror that does not in time falls out of the set, and a publish that leaves fewer than
 ``--replication-min-in-sync`` copies (this nsqd's own included) is refused (E_PUB_FAILED, HTTP 500), though this
 nsqd keeps it, as it keeps a publish refused half-way through its channels today: a retry makes a duplicate,
-never a loss. A mirror that fell behind is sent what it missed (records stay buffered until every mirror has them,
+never a loss. The set is recorded in etcd (``record_in_sync``): a mirror that fell out is removed there before a
+publish it did not acknowledge is answered, and a publish is refused if that record cannot be written, if another
+nsqd wrote it (``Fenced``: this origin's epoch is over, and nothing more is acknowledged under it), or if this
+nsqd's lease in etcd may have ended (``lease_holds``), since the cluster may then be adopting its messages. A mirror that fell behind is sent what it missed (records stay buffered until every mirror has them,
 up to ``MAX_UNACKED_BYTES``) and counts again once it has everything; one that lost records (restarted, or the
 buffer overflowed) is not in sync again for this epoch.
 """
@@ -18,10 +21,12 @@ import heapq
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
+from typing import NoReturn
 
 from shared.addresses import split_host_port
 
 from ..message import QueuedMessage
+from .in_sync import Fenced
 from .wire import (MAGIC, Ack, Distribute, DropChannel, DropTopic, Finish, FrameReader, Hello, Message, Publish,
                    Record, Refuse, WireError, encode)
 
@@ -40,7 +45,7 @@ class MirrorLink:
     them."""
 
     def __init__(self, origin: str, epoch: int, mirror: str, address: str, next_sequence: int,
-                 latest: Callable[[], int]) -> None:
+                 latest: Callable[[], int], on_in_sync: Callable[[], None] = lambda: None) -> None:
         self.origin = origin
         self.epoch = epoch
         self.mirror = mirror
@@ -57,6 +62,7 @@ class MirrorLink:
         self._writer: asyncio.StreamWriter | None = None
         self._task: asyncio.Task[None] | None = None
         self._latest = latest  # the number of the origin's newest record
+        self._on_in_sync = on_in_sync
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"mirror-link-{self.mirror}")
@@ -121,6 +127,7 @@ class MirrorLink:
         if not self.in_sync and self.complete and self.acked >= latest:
             self.in_sync = True
             log.info("REPLICATION: %s in sync at record %d", self.mirror, self.acked)
+            self._on_in_sync()
 
     async def _run(self) -> None:
         while True:
@@ -181,6 +188,12 @@ class Origin:
         self.sequence = 0
         self.links: dict[str, MirrorLink] = {}
         self.refused = 0  # publishes refused for want of copies
+        # where the in-sync set is recorded (etcd), and whether this nsqd is surely still a member of the cluster
+        self.record_in_sync: Callable[[int, frozenset[str]], Awaitable[None]] | None = None
+        self.lease_holds: Callable[[], bool] = lambda: True
+        self.recorded: frozenset[str] = frozenset()  # the in-sync set as last recorded
+        self.fenced = False  # another nsqd wrote the record: nothing more is acknowledged under this epoch
+        self._recordings: set[asyncio.Task[None]] = set()
 
     def set_mirrors(self, mirrors: dict[str, str]) -> Iterable[Awaitable[None]]:
         """Links to ``mirrors`` (node: replication address) from now on; the links no longer wanted are closed
@@ -188,7 +201,8 @@ class Origin:
         stopping = [self.links.pop(node).stop() for node in list(self.links) if node not in mirrors]
         for node, address in mirrors.items():
             if node not in self.links:
-                link = MirrorLink(self.node, self.epoch, node, address, self.sequence + 1, lambda: self.sequence)
+                link = MirrorLink(self.node, self.epoch, node, address, self.sequence + 1, lambda: self.sequence,
+                                  self._mirror_in_sync)
                 self.links[node] = link
                 link.start()
         return stopping
@@ -225,24 +239,69 @@ class Origin:
         self._record(DropTopic(self._next(), topic, held_only))
 
     async def _copies(self, sequence: int) -> None:
+        if self.fenced:
+            self._refuse(f"epoch {self.epoch} is over: another nsqd took this one's place")
         in_sync = [link for link in self.links.values() if link.in_sync]
         if len(in_sync) + 1 < self.min_in_sync:
-            self.refused += 1
-            raise ReplicationError(f"{len(in_sync) + 1} of {self.min_in_sync} in-sync replicas")
-        if not in_sync:
+            self._refuse(f"{len(in_sync) + 1} of {self.min_in_sync} in-sync replicas")
+        acknowledged: set[str] = set()
+        if in_sync:
+            waits = {link.acknowledged(sequence): link for link in in_sync}
+            done, late = await asyncio.wait(waits, timeout=self.timeout)
+            for waiter in late:
+                waiter.cancel()
+                waits[waiter].fall_out()
+            acknowledged = {waits[waiter].mirror for waiter in done if not waiter.cancelled()}  # cancelled: closed
+            if len(acknowledged) + 1 < self.min_in_sync:
+                self._refuse(f"{len(acknowledged) + 1} of {self.min_in_sync} replicas acknowledged within "
+                             f"{self.timeout:g}s")
+        if not self.recorded <= acknowledged:  # a recorded mirror lacks it: recorded out of the set first
+            try:
+                await self._record_in_sync()
+            except Exception as error:
+                self._refuse(f"the in-sync set could not be recorded: {error}")
+        if not self.lease_holds():
+            self._refuse("this nsqd's lease in etcd may have ended")
+
+    def _refuse(self, reason: str) -> NoReturn:
+        self.refused += 1
+        raise ReplicationError(reason)
+
+    async def _record_in_sync(self) -> None:
+        """Records the links in sync now (if the record is not that already)."""
+        if self.record_in_sync is None:  # nowhere to record it (tests of the links alone)
             return
-        waits = {link.acknowledged(sequence): link for link in in_sync}
-        done, late = await asyncio.wait(waits, timeout=self.timeout)
-        for waiter in late:
-            waiter.cancel()
-            waits[waiter].fall_out()
-        copies = 1 + sum(not waiter.cancelled() for waiter in done)  # a cancelled wait: its link was closed
-        if copies < self.min_in_sync:
-            self.refused += 1
-            raise ReplicationError(f"{copies} of {self.min_in_sync} replicas acknowledged within {self.timeout:g}s")
+        in_sync = frozenset(link.mirror for link in self.links.values() if link.in_sync)
+        if in_sync == self.recorded:
+            return
+        try:
+            await self.record_in_sync(self.epoch, in_sync)
+        except Fenced:
+            if not self.fenced:
+                log.error("REPLICATION: the in-sync set of %s was written by another nsqd: epoch %d is over, "
+                          "nothing more is acknowledged under it", self.node, self.epoch)
+            self.fenced = True
+            raise
+        self.recorded = in_sync
+
+    def _mirror_in_sync(self) -> None:
+        """A mirror caught up: recorded in the set, in the background (it only adds a copy)."""
+        task = asyncio.ensure_future(self._record_quietly())
+        self._recordings.add(task)
+        task.add_done_callback(self._recordings.discard)
+
+    async def _record_quietly(self) -> None:
+        try:
+            await self._record_in_sync()
+        except Exception as error:
+            log.warning("REPLICATION: recording the in-sync set of %s: %s", self.node, error)
 
     async def restart(self, epoch: int) -> None:
         """A new epoch (this nsqd registered again): every link starts over, and records are numbered from 1."""
         await asyncio.gather(*self.set_mirrors({}))
+        for task in list(self._recordings):
+            await asyncio.wait({task})
         self.epoch = epoch
         self.sequence = 0
+        self.fenced = False
+        self.recorded = frozenset()
