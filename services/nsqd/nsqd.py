@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import json
 import logging
 import os
 import socket
@@ -42,9 +43,10 @@ if TYPE_CHECKING:
     from .auth_client import AuthClient
     from .metrics import NSQDCollector
     from .node_id_check import NodeIdCheck
+    from .replication.adoption import Adoption
     from .replication.membership import Membership
     from .replication.mirror_server import MirrorLinkServer
-    from .replication.mirror_store import MirrorStore
+    from .replication.mirror_store import Mirrored, MirrorStore
     from .replication.origin import Origin
     from .replication.placement import ClusterNodes, Nodes
 
@@ -95,7 +97,8 @@ class NSQD:
         self._metadata_task: asyncio.Task[None] | None = None
         self.membership: Membership | None = None  # with --etcd-address
         self._membership_start: asyncio.Task[None] | None = None
-        self.cluster_nodes: ClusterNodes | None = None  # with --replication-factor above 1
+        self.cluster_nodes: ClusterNodes | None = None  # with --etcd-address
+        self.adoption: Adoption | None = None  # takes over the origins this nsqd mirrors when they are lost
         self.origin: Origin | None = None  # this nsqd's records for its mirrors (--replication-factor above 1)
         self.mirror_stores: dict[str, MirrorStore] = {}  # what this nsqd mirrors, by origin
         self._replication_server: asyncio.AbstractServer | None = None
@@ -350,8 +353,11 @@ class NSQD:
             self.origin.record_in_sync = InSyncRecord(etcd, self.origin.node).write
             # surely alive: registered, and the lease renewed within its time to live (counted from before asking)
             self.origin.lease_holds = lambda: membership.epoch == 0 or time.monotonic() < membership.alive_until
-            self.cluster_nodes = ClusterNodes(etcd, self._nodes_changed)
-            self.cluster_nodes.start()
+        from .replication.adoption import Adoption
+
+        self.adoption = Adoption(etcd, self._broadcast_tcp_address(), self.mirror_stores, self._adopt)
+        self.cluster_nodes = ClusterNodes(etcd, self._nodes_changed)
+        self.cluster_nodes.start()
         self.membership.start()
 
     def _membership_info(self) -> dict[str, object]:
@@ -366,14 +372,60 @@ class NSQD:
             self._change_origin(self._restart_origin(epoch))
 
     async def _restart_origin(self, epoch: int) -> None:
-        assert self.origin is not None
+        assert self.origin is not None and self.membership is not None
+        from .replication.in_sync import MIRRORS
+
+        try:
+            record = await self.membership.etcd.get(MIRRORS + self.origin.node)
+        except Exception as error:  # EtcdError: the record is read again at the next registration
+            log.warning("REPLICATION: reading %s: %s", MIRRORS + self.origin.node, error)
+            record = None
+        if record is not None:
+            previous = json.loads(record.value)
+            if previous.get("adopted_by") and previous.get("epoch", 0) < epoch:
+                self._start_clean(str(previous["adopted_by"]), int(previous["epoch"]))
         await self.origin.restart(epoch)
         if self.cluster_nodes is not None:
             self._nodes_changed(self.cluster_nodes.nodes)
 
+    def _start_clean(self, adopted_by: str, epoch: int) -> None:
+        """Another nsqd took over this one's messages of an earlier epoch: they are its now, and dropped here."""
+        log.warning("REPLICATION: %s took over this nsqd's messages of epoch %d: dropping them here", adopted_by,
+                    epoch)
+        for topic in self.topics.values():
+            if topic.ephemeral:
+                continue
+            for channel in topic.channels.values():
+                if not channel.ephemeral:
+                    channel.empty()
+            topic.empty()
+
+    async def _adopt(self, store: MirrorStore) -> int:
+        """A lost origin's outstanding messages into this nsqd's topics and channels; done once this nsqd's own
+        mirrors hold them (those that could not have enough copies are kept here all the same)."""
+        now = time.time_ns()
+        groups: dict[tuple[str, str | None, int], list[Mirrored]] = {}
+        for topic_name, channel_name, message in store.outstanding():
+            defer_ms = max(0, (message.deliver_after - now) // 1_000_000) if message.deliver_after else 0
+            groups.setdefault((topic_name, channel_name, defer_ms), []).append(message)
+        waits = []
+        for (topic_name, channel_name, defer_ms), messages in groups.items():
+            topic = self.get_topic(topic_name)
+            entries = [(msg_id, message.body, message.timestamp, 0)
+                       for msg_id, message in zip(topic.new_ids(len(messages)), messages)]
+            waiting = topic.take_adopted(channel_name, entries, defer_ms)
+            if waiting is not None:
+                waits.append(waiting)
+        for result in await asyncio.gather(*waits, return_exceptions=True):
+            if isinstance(result, Exception):
+                log.warning("REPLICATION: adopted messages of %s without all their copies: %s", store.origin, result)
+        return sum(map(len, groups.values()))
+
     def _nodes_changed(self, nodes: Nodes) -> None:
         from .replication.placement import choose_mirrors
 
+        if self.adoption is not None:
+            self.adoption.nodes_changed(nodes)
         if self.origin is None or not self.origin.epoch:
             return  # not registered yet: the links start with the epoch
         mirrors = choose_mirrors(self.origin.node, nodes, self.opts.replication_factor - 1)
@@ -393,6 +445,8 @@ class NSQD:
             await asyncio.wait({task})
         if self.cluster_nodes is not None:
             await self.cluster_nodes.stop()
+        if self.adoption is not None:
+            await self.adoption.stop()
         if self.origin is not None:
             await asyncio.gather(*self.origin.set_mirrors({}))
         if self.membership is not None:

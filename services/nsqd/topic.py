@@ -114,6 +114,33 @@ class Topic:
             return None
         return self.origin.published(self.name, () if held else self._durable_channels(), defer_ms, entries)
 
+    def take_adopted(self, channel_name: str | None, entries: list[QueuedMessage],
+                     defer_ms: int) -> Awaitable[None] | None:
+        """Messages another nsqd had outstanding, taken over from a copy: into ``channel_name`` (made if need be),
+        or, for messages its topic held, as a publish is; recorded for this nsqd's own mirrors as a publish is."""
+        if channel_name is None:
+            held = self.paused or not self.channels or not self.started
+            if held:
+                self._hold(entries, defer_ms)
+            else:
+                self._distribute(entries, defer_ms)
+            channels = () if held else self._durable_channels()
+        else:
+            channel = self.get_channel(channel_name)
+            if defer_ms:
+                now = time.monotonic()
+                for entry in entries:
+                    channel.put_deferred(entry, defer_ms / 1000, now)
+            else:
+                channel.put_new(entries)
+            channels = (channel_name,)
+        if self.origin is None:
+            return None
+        return self.origin.published(self.name, channels, defer_ms, entries)
+
+    def new_ids(self, count: int) -> list[bytes]:
+        return self._guid.next_ids(count)
+
     def _durable_channels(self) -> tuple[str, ...]:
         """The channels mirrored: an ephemeral channel's messages are gone with its nsqd anyway."""
         return tuple(name for name, channel in self.channels.items() if not channel.ephemeral)

@@ -70,6 +70,8 @@ class MirrorLinkServer(asyncio.Protocol):
         store = self._stores.get(hello.origin)
         if store is not None and hello.epoch < store.epoch:
             raise WireError(f"epoch {hello.epoch} of {hello.origin} is older than {store.epoch}")
+        if store is not None and hello.epoch == store.epoch and store.fenced:
+            raise WireError(f"{hello.origin} (epoch {hello.epoch}) is gone from the cluster: its records are refused")
         if store is None or hello.epoch > store.epoch:
             # records before ``hello.sequence`` went to other mirrors, or are gone: the origin knows which
             store = self._stores[hello.origin] = MirrorStore(hello.origin, hello.epoch, hello.sequence - 1)

@@ -40,8 +40,11 @@ class MirrorStore:
         self.epoch = epoch
         self.applied = applied  # the sequence of the last record applied
         self.topics: dict[str, MirroredTopic] = {}
+        self.fenced = False  # the origin is gone from the cluster: none of its records are taken any more
 
     def apply(self, record: Record) -> None:
+        if self.fenced:
+            raise OutOfOrder(f"{self.origin} (epoch {self.epoch}) is gone from the cluster: its records are refused")
         if record.sequence != self.applied + 1:
             raise OutOfOrder(f"record {record.sequence} after {self.applied}")
         if isinstance(record, Publish):

@@ -255,13 +255,22 @@ class Origin:
             if len(acknowledged) + 1 < self.min_in_sync:
                 self._refuse(f"{len(acknowledged) + 1} of {self.min_in_sync} replicas acknowledged within "
                              f"{self.timeout:g}s")
-        if not self.recorded <= acknowledged:  # a recorded mirror lacks it: recorded out of the set first
+        if self.record_in_sync is not None and not self._recorded_copies(sequence):
+            # the set etcd holds (the mirrors that may take over) lacks it, or is too small: recorded anew first
             try:
                 await self._record_in_sync()
             except Exception as error:
                 self._refuse(f"the in-sync set could not be recorded: {error}")
+            if not self._recorded_copies(sequence):
+                self._refuse(f"{len(self.recorded) + 1} of {self.min_in_sync} recorded in-sync replicas")
         if not self.lease_holds():
             self._refuse("this nsqd's lease in etcd may have ended")
+
+    def _recorded_copies(self, sequence: int) -> bool:
+        """Whether every mirror recorded in sync holds record ``sequence``, and they are enough copies."""
+        links = self.links
+        return len(self.recorded) + 1 >= self.min_in_sync and all(
+            mirror in links and links[mirror].acked >= sequence for mirror in self.recorded)
 
     def _refuse(self, reason: str) -> NoReturn:
         self.refused += 1

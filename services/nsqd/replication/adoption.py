@@ -1,0 +1,107 @@
+"""Taking over a lost origin's messages: when an origin's node key goes from etcd (its lease ended: killed, paused,
+cut off), one of its in-sync mirrors puts what the origin still had outstanding into its own topics and channels,
+where the consumers connected to it receive them.
+
+Every mirror of the origin, once etcd confirms the key is gone (its view of the nodes may lag), stops
+acknowledging the origin's records (``MirrorStore.fenced``). Then each mirror
+that ``/nsq/mirrors/<origin>`` names in sync, under the epoch of the copy it holds, tries to claim the origin:
+a transaction on that key's revision that writes ``adopted_by``, so exactly one succeeds, and the origin, whose
+own writes to the key compare its last revision, is fenced by it. The claimant puts the messages into its
+queues (new IDs, their original timestamps, deferrals kept; recorded for its own mirrors as any publish is and
+waited for), then writes ``adopted: true``. The others keep their copy until then, checking every ``CHECK``
+seconds, and claim in the claimant's place if it is gone from the cluster before it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from shared.etcd.messages import EtcdError, mod_revision_is, put
+
+from .in_sync import MIRRORS
+from .mirror_store import MirrorStore
+from .membership import NODES
+
+if TYPE_CHECKING:
+    from shared.etcd.client import Etcd
+
+log = logging.getLogger("nsqd")
+
+CHECK = 1.0
+
+
+class Adoption:
+    def __init__(self, etcd: Etcd, node: str, stores: dict[str, MirrorStore],
+                 adopt: Callable[[MirrorStore], Awaitable[int]]) -> None:
+        self.etcd = etcd
+        self.node = node
+        self._stores = stores
+        self._adopt = adopt
+        self._lost: dict[str, asyncio.Task[None]] = {}
+        self.adopted = 0  # origins taken over
+        self.adopted_messages = 0
+
+    def nodes_changed(self, nodes: dict[str, Any]) -> None:
+        for origin, store in list(self._stores.items()):
+            if origin not in nodes and origin not in self._lost:
+                self._lost[origin] = asyncio.create_task(self._take_over(origin, store), name=f"adopt-{origin}")
+
+    async def stop(self) -> None:
+        for task in list(self._lost.values()):
+            task.cancel()
+            await asyncio.wait({task})
+
+    async def _take_over(self, origin: str, store: MirrorStore) -> None:
+        try:
+            await self._take_over_once_gone(origin, store)
+        finally:
+            del self._lost[origin]
+
+    async def _take_over_once_gone(self, origin: str, store: MirrorStore) -> None:
+        try:
+            if await self.etcd.get(NODES + origin) is not None:  # a view of the nodes that was behind
+                return
+        except EtcdError as error:
+            log.warning("REPLICATION: is %s gone? %s", origin, error)
+        store.fenced = True
+        log.warning("REPLICATION: %s is gone (epoch %d): no more of its records are taken", origin, store.epoch)
+        key = MIRRORS + origin
+        while self._stores.get(origin) is store:
+            try:
+                if await self._settled(key, store):
+                    break
+            except EtcdError as error:
+                log.warning("REPLICATION: taking over %s: %s", origin, error)
+            await asyncio.sleep(CHECK)
+        if self._stores.get(origin) is store:
+            del self._stores[origin]
+
+    async def _settled(self, key: str, store: MirrorStore) -> bool:
+        """One look at the origin's record: True once this mirror's copy is no longer needed."""
+        current = await self.etcd.get(key)
+        record: dict[str, Any] = json.loads(current.value) if current is not None else {}
+        if current is None or record.get("epoch") != store.epoch:
+            return True  # never recorded, or the origin registered again: this copy was not promised anything
+        if record.get("adopted"):
+            return True
+        claimant = record.get("adopted_by")
+        if claimant and (claimant == self.node or await self.etcd.get(NODES + claimant) is not None):
+            return False  # someone (alive) is at it
+        if self.node not in record.get("in_sync", []):
+            return False  # not a copy that may take over: wait for one that may
+        claimed = {**record, "adopted_by": self.node}
+        won, responses = await self.etcd.transaction([mod_revision_is(key, current.mod_revision)],
+                                                     [put(key, json.dumps(claimed).encode())])
+        if not won:
+            return False
+        revision = int(responses[0]["response_put"]["header"]["revision"])
+        count = await self._adopt(store)
+        self.adopted += 1
+        self.adopted_messages += count
+        log.info("REPLICATION: adopted %d messages of %s (epoch %d)", count, store.origin, store.epoch)
+        await self.etcd.transaction([mod_revision_is(key, revision)],
+                                    [put(key, json.dumps({**claimed, "adopted": True}).encode())])
+        return True

@@ -1,0 +1,100 @@
+"""A lost origin's messages are taken over by one of its in-sync mirrors: killed (kill -9), every message it
+acknowledged and had not seen finished reaches a consumer of a survivor, once; paused past its lease, it comes
+back fenced and drops what was taken over."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from harness.etcd import EtcdCluster, start_etcd
+from harness.processes import NSQDProcess, wait_for
+from harness.wire import WireClient
+from tests.functional.test_replication import replication
+
+LIVENESS = "--replication-liveness-timeout=2s"
+
+
+@pytest.fixture
+def etcd() -> Iterator[EtcdCluster]:
+    cluster = start_etcd()
+    yield cluster
+    cluster.stop()
+
+
+def start_cluster(etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> list[NSQDProcess]:
+    nodes = [nsqd_factory(f"--etcd-address={etcd.addresses[0]}", "--replication-address=127.0.0.1:0",
+                          "--replication-factor=3", LIVENESS) for _ in range(3)]
+    for nsqd in nodes:
+        wait_for(lambda: sum(mirror["in_sync"] for mirror in replication(nsqd)["mirrors"]) == 2, 20,
+                 lambda: f"two in-sync mirrors: {replication(nsqd)}")
+        wait_for(lambda: len(replication(nsqd)["in_sync_recorded"]) == 2, 10, "the in-sync set in etcd")
+    return nodes
+
+
+def depth(nsqd: NSQDProcess, topic: str, channel: str) -> int:
+    return int(nsqd.channel_stats(topic, channel).get("depth", 0))
+
+
+async def finish(nsqd: NSQDProcess, topic: str, channel: str, count: int) -> list[bytes]:
+    consumer = await WireClient.connect(nsqd.tcp_address)
+    await consumer.subscribe(topic, channel, rdy=count)
+    bodies = []
+    for message in await consumer.read_messages(count):
+        await consumer.command(b"FIN", message.id)
+        bodies.append(message.body)
+    await consumer.command(b"CLS")
+    await asyncio.sleep(0.2)
+    consumer.writer.close()
+    await consumer.writer.wait_closed()
+    return bodies
+
+
+def test_killed_its_unfinished_messages_are_delivered_by_one_survivor(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    a, b, c = start_cluster(etcd, nsqd_factory)
+    a.http("POST", "/topic/create?topic=orders")
+    a.http("POST", "/channel/create?topic=orders&channel=archive")
+    bodies = [b"order %d" % number for number in range(100)]
+    a.multi_publish("orders", bodies)
+    finished = asyncio.run(finish(a, "orders", "archive", 30))
+    wait_for(lambda: all(store["depth"] == 70 for node in (b, c) for store in replication(node)["mirroring"]
+                         if store["origin"] == f"127.0.0.1:{a.tcp_port}"), 5, "the finishes on the mirrors")
+    a.process.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_for(lambda: depth(b, "orders", "archive") + depth(c, "orders", "archive") == 70, 15,
+             "the 70 unfinished messages on a survivor")
+    failover = time.monotonic() - killed_at
+    assert failover < 2 + 5, failover
+    adopter, other = (b, c) if depth(b, "orders", "archive") == 70 else (c, b)
+    assert depth(other, "orders", "archive") == 0  # taken over once, not twice
+    record = json.loads(etcd.get(f"/nsq/mirrors/127.0.0.1:{a.tcp_port}") or b"")
+    assert record["adopted_by"] == f"127.0.0.1:{adopter.tcp_port}" and record["adopted"]
+    delivered = asyncio.run(finish(adopter, "orders", "archive", 70))
+    assert sorted(delivered) == sorted(set(bodies) - set(finished))
+    # the adopter's own mirrors hold them now, and the other mirror dropped its copy
+    wait_for(lambda: all(store["origin"] != f"127.0.0.1:{a.tcp_port}" for store in replication(other)["mirroring"]),
+             5, "the other copy dropped")
+
+
+def test_paused_past_its_lease_it_comes_back_fenced_and_drops_what_was_taken_over(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    a, b, c = start_cluster(etcd, nsqd_factory)
+    a.http("POST", "/topic/create?topic=orders")
+    a.http("POST", "/channel/create?topic=orders&channel=archive")
+    a.multi_publish("orders", [b"order %d" % number for number in range(10)])
+    a.process.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: depth(b, "orders", "archive") + depth(c, "orders", "archive") == 10, 15,
+                 "the messages on a survivor")
+    finally:
+        a.process.send_signal(signal.SIGCONT)
+    wait_for(lambda: depth(a, "orders", "archive") == 0, 15, "a dropping what was taken over")
+    wait_for(lambda: sum(mirror["in_sync"] for mirror in replication(a)["mirrors"]) == 2, 20, "a mirrored again")
+    a.publish("orders", b"a new epoch")
+    assert depth(a, "orders", "archive") == 1
