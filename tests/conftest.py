@@ -7,6 +7,7 @@ from typing import TypeVar
 
 import pytest
 
+from harness.etcd import EtcdCluster, start_etcd
 from harness.in_process import InProcessNSQD
 from harness.processes import FAST_SCAN, NSQDProcess, ToolProcess, start_nsqd
 from shared import compiled
@@ -83,3 +84,11 @@ def tools(tmp_path: Path) -> Iterator[Callable[..., ToolProcess]]:
         if tool.process.poll() is None:
             tool.process.kill()
             tool.process.wait()
+
+
+@pytest.fixture
+def etcd() -> Iterator[EtcdCluster]:
+    """A real one-member etcd (skipped where etcd is not installed)."""
+    cluster = start_etcd()
+    yield cluster
+    cluster.stop()

@@ -7,22 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 
-from harness.etcd import EtcdCluster, start_etcd
+from harness.etcd import EtcdCluster
 from harness.processes import NSQDProcess, wait_for
 from harness.wire import WireClient
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_command
-
-
-@pytest.fixture
-def etcd() -> Iterator[EtcdCluster]:
-    cluster = start_etcd()
-    yield cluster
-    cluster.stop()
+from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame
 
 
 def replication(nsqd: NSQDProcess) -> dict[str, Any]:

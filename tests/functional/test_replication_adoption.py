@@ -8,23 +8,17 @@ import asyncio
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 
-from harness.etcd import EtcdCluster, start_etcd
+from harness.etcd import EtcdCluster
 from harness.processes import NSQDProcess, wait_for
 from harness.wire import WireClient
 from tests.functional.test_replication import replication
 
-LIVENESS = "--replication-liveness-timeout=2s"
-
-
-@pytest.fixture
-def etcd() -> Iterator[EtcdCluster]:
-    cluster = start_etcd()
-    yield cluster
-    cluster.stop()
+# long enough that the survivors, on a loaded machine, are not counted out too: one counted out would come back
+# as a mirror that is not caught up (not built yet), rather than the one that was in sync
+LIVENESS = "--replication-liveness-timeout=4s"
 
 
 def start_cluster(etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> list[NSQDProcess]:
@@ -67,10 +61,10 @@ def test_killed_its_unfinished_messages_are_delivered_by_one_survivor(
                          if store["origin"] == f"127.0.0.1:{a.tcp_port}"), 5, "the finishes on the mirrors")
     a.process.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
-    wait_for(lambda: depth(b, "orders", "archive") + depth(c, "orders", "archive") == 70, 15,
+    wait_for(lambda: depth(b, "orders", "archive") + depth(c, "orders", "archive") == 70, 20,
              "the 70 unfinished messages on a survivor")
     failover = time.monotonic() - killed_at
-    assert failover < 2 + 5, failover
+    assert failover < 4 + 5, failover
     adopter, other = (b, c) if depth(b, "orders", "archive") == 70 else (c, b)
     assert depth(other, "orders", "archive") == 0  # taken over once, not twice
     record = json.loads(etcd.get(f"/nsq/mirrors/127.0.0.1:{a.tcp_port}") or b"")
@@ -90,7 +84,7 @@ def test_paused_past_its_lease_it_comes_back_fenced_and_drops_what_was_taken_ove
     a.multi_publish("orders", [b"order %d" % number for number in range(10)])
     a.process.send_signal(signal.SIGSTOP)
     try:
-        wait_for(lambda: depth(b, "orders", "archive") + depth(c, "orders", "archive") == 10, 15,
+        wait_for(lambda: depth(b, "orders", "archive") + depth(c, "orders", "archive") == 10, 20,
                  "the messages on a survivor")
     finally:
         a.process.send_signal(signal.SIGCONT)

@@ -7,22 +7,14 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 
-from harness.etcd import EtcdCluster, start_etcd
+from harness.etcd import EtcdCluster
 from harness.processes import NSQDProcess, wait_for
 
 LIVENESS = "--replication-liveness-timeout=2s"
 ANY_PORT = "--replication-address=127.0.0.1:0"
-
-
-@pytest.fixture
-def etcd() -> Iterator[EtcdCluster]:
-    cluster = start_etcd()
-    yield cluster
-    cluster.stop()
 
 
 def node_key(nsqd: NSQDProcess) -> str:
