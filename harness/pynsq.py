@@ -173,9 +173,10 @@ class PynsqLoop:
         self._io_loop.add_callback(run)
         return result.result(timeout)
 
-    def reader(self, address: tuple[str, int], topic: str, channel: str,
+    def reader(self, address: tuple[str, int] | list[tuple[str, int]], topic: str, channel: str,
                handler: Callable[[nsq.Message], bool | None] = lambda message: True, **kwargs: Any) -> PynsqReader:
-        """An ``nsq.Reader`` on one nsqd; ``handler`` runs on the IOLoop thread after the message is recorded.
+        """An ``nsq.Reader`` on one nsqd (or several); ``handler`` runs on the IOLoop thread after the message is
+        recorded.
 
         ``kwargs`` go to ``nsq.Reader`` (``max_in_flight``) and ``nsq.AsyncConn`` (``msg_timeout``,
         ``heartbeat_interval``, ``requeue_delay``: in seconds, as pynsq takes them).
@@ -187,8 +188,9 @@ class PynsqLoop:
             return handler(message)
 
         def make() -> nsq.Reader:
+            addresses = address if isinstance(address, list) else [address]
             reader = nsq.Reader(topic=topic, channel=channel, message_handler=on_message,
-                                nsqd_tcp_addresses=[f"{address[0]}:{address[1]}"], **kwargs)
+                                nsqd_tcp_addresses=[f"{host}:{port}" for host, port in addresses], **kwargs)
             reader.heartbeat = inbox.heartbeat  # pynsq's hook, called for every heartbeat it answers
             self._readers.append(reader)
             return reader

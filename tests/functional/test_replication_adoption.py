@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from harness.etcd import EtcdCluster
 from harness.processes import NSQDProcess, wait_for
+from harness.pynsq import PynsqLoop
 from harness.wire import WireClient
 from tests.functional.test_replication import replication
 
@@ -92,3 +93,31 @@ def test_paused_past_its_lease_it_comes_back_fenced_and_drops_what_was_taken_ove
     wait_for(lambda: sum(mirror["in_sync"] for mirror in replication(a)["mirrors"]) == 2, 20, "a mirrored again")
     a.publish("orders", b"a new epoch")
     assert depth(a, "orders", "archive") == 1
+
+
+def test_pynsq_producer_and_consumers_across_a_failover(etcd: EtcdCluster,
+                                                        nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    """NSQ's own Python client, unchanged: what its Writer had acknowledged by the nsqd that is killed reaches its
+    Reader on the survivors."""
+    a, b, c = start_cluster(etcd, nsqd_factory)
+    assert a.http("POST", "/topic/create?topic=orders")[0] == 200
+    assert a.http("POST", "/channel/create?topic=orders&channel=archive")[0] == 200
+    pynsq = PynsqLoop()
+    pynsq.start()
+    try:
+        writer = pynsq.writer(a.tcp_address)
+        bodies = [b"order %d" % number for number in range(50)]
+        for body in bodies:
+            writer.pub("orders", body)  # each answered OK: both mirrors hold it
+        reader = pynsq.reader([b.tcp_address, c.tcp_address], "orders", "archive", max_in_flight=100)
+        a.process.send_signal(signal.SIGKILL)
+        received = reader.inbox.wait_count(50, timeout=20)
+        assert sorted(message.body for message in received) == sorted(bodies)
+        time.sleep(0.5)
+        assert len(reader.inbox.messages) == 50  # taken over once
+        # pynsq saw the Writer's nsqd go (what NSQ's clients see when an nsqd dies), and nothing else went wrong
+        problems = pynsq.take_problems()
+        assert all("127.0.0.1:%d" % a.tcp_port in problem or "closed" in problem.lower()
+                   for problem in problems), problems
+    finally:
+        pynsq.stop()
