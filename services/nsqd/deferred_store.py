@@ -31,6 +31,8 @@ class Timing(Protocol):
 
     def from_file(self, value: int) -> float: ...
 
+    def delay_ms(self, deadline: float) -> int: ...
+
 
 class DueTimes:
     """A channel's: deadlines are ``time.monotonic()`` values, the file keeps due times in unix ns."""
@@ -43,6 +45,10 @@ class DueTimes:
     def from_file(value: int) -> float:
         return time.monotonic() + max(0, value - time.time_ns()) / 1e9
 
+    @staticmethod
+    def delay_ms(deadline: float) -> int:
+        return max(0, round((deadline - time.monotonic()) * 1000))
+
 
 class Delays:
     """A topic's: a deadline is the delay in seconds, the file keeps it in ms."""
@@ -54,6 +60,10 @@ class Delays:
     @staticmethod
     def from_file(value: int) -> float:
         return value / 1000
+
+    @staticmethod
+    def delay_ms(deadline: float) -> int:
+        return round(deadline * 1000)
 
 
 class DeferredStore:
@@ -106,6 +116,11 @@ class DeferredStore:
     def pop_all(self, put: Callable[[QueuedMessage, float], None]) -> bool:
         """Every message goes to ``put`` (a topic's, with its delay, to the channels that now exist)."""
         return self.pop_due(float("inf"), put)
+
+    def delayed(self) -> list[tuple[QueuedMessage, int]]:
+        """Every message kept, with the milliseconds until it is due (for a copy elsewhere)."""
+        delay_ms = self._timing.delay_ms
+        return [(message.entry, delay_ms(message.deadline)) for message in self._messages.values()]
 
     def _compact(self) -> None:
         assert self._file is not None

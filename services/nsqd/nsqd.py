@@ -47,8 +47,10 @@ if TYPE_CHECKING:
     from .replication.membership import Membership
     from .replication.mirror_server import MirrorLinkServer
     from .replication.mirror_store import Mirrored, MirrorStore
+    from .message import QueuedMessage
     from .replication.origin import Origin
     from .replication.placement import ClusterNodes, Nodes
+    from .replication.wire import Publish
 
 log = logging.getLogger("nsqd")
 
@@ -332,6 +334,7 @@ class NSQD:
         if self.opts.replication_factor > 1:
             self.origin = Origin(self._broadcast_tcp_address(), 0, self.opts.min_in_sync,
                                  self.opts.replication_timeout)
+            self.origin.outstanding = self._outstanding
             for topic in self.topics.values():
                 topic.set_origin(self.origin)
         self._membership_start = asyncio.create_task(self._join_cluster(), name="etcd-membership-start")
@@ -387,6 +390,23 @@ class NSQD:
         await self.origin.restart(epoch)
         if self.cluster_nodes is not None:
             self._nodes_changed(self.cluster_nodes.nodes)
+
+    def _outstanding(self) -> list[Publish]:
+        """Every message this nsqd has outstanding (held by a topic, queued, in flight or deferred in a channel), as
+        publishes, for a mirror's snapshot. Disk queues are read here, on the event loop."""
+        parts: list[Publish] = []
+        for topic in self.topics.values():
+            if topic.ephemeral:
+                continue
+            queue = topic.queue
+            parts += _snapshot_parts(topic.name, (), queue.peek_job(len(queue))(), queue.deferred.delayed())
+            for channel in topic.channels.values():
+                if channel.ephemeral:
+                    continue
+                queue = channel.queue
+                queued = queue.peek_job(len(queue))() + [message.entry() for message in channel.in_flight.values()]
+                parts += _snapshot_parts(topic.name, (channel.name,), queued, queue.deferred.delayed())
+        return parts
 
     def _start_clean(self, adopted_by: str, epoch: int) -> None:
         """Another nsqd took over this one's messages of an earlier epoch: they are its now, and dropped here."""
@@ -527,6 +547,22 @@ def _auth_client(opts: Options) -> AuthClient:
     return AuthClient(opts.auth_http_addresses, opts.auth_http_request_method,
                       connect_timeout=opts.http_client_connect_timeout,
                       request_timeout=opts.http_client_request_timeout, ssl_context=tls.auth_server_context(opts))
+
+
+def _snapshot_parts(topic: str, channels: tuple[str, ...], queued: list[QueuedMessage],
+                    delayed: list[tuple[QueuedMessage, int]], size: int = 1000) -> list[Publish]:
+    """``queued`` in publishes of ``size`` messages; each of ``delayed`` in one of its own, its delay counted from
+    its timestamp, as a mirror counts it."""
+    from .replication.wire import Message, Publish
+
+    parts = [Publish(0, topic, channels, 0, tuple(Message(entry[0], entry[2], entry[1])
+                                                  for entry in queued[start:start + size]))
+             for start in range(0, len(queued), size)]
+    now = time.time_ns()
+    for entry, delay_ms in delayed:
+        since_published = max(0, now - entry[2]) // 1_000_000
+        parts.append(Publish(0, topic, channels, since_published + delay_ms, (Message(entry[0], entry[2], entry[1]),)))
+    return parts
 
 
 def _import_etcd_client() -> None:

@@ -40,8 +40,8 @@ def ports(*nodes: NSQDProcess) -> list[str]:
 
 
 def start_cluster(etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess], *flags: str) -> list[NSQDProcess]:
-    # a liveness timeout well above the pauses below: a node counted out joins as a new mirror, which is not
-    # caught up (yet), rather than the one that fell behind
+    # a liveness timeout well above the pauses below: these tests are about a mirror that fell behind, not one
+    # counted out (which comes back as a new mirror, sent a snapshot)
     nodes = [nsqd_factory(f"--etcd-address={etcd.addresses[0]}", "--replication-address=127.0.0.1:0",
                           "--replication-factor=3", "--replication-liveness-timeout=15s", *flags) for _ in range(3)]
     for nsqd in nodes:

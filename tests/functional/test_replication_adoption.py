@@ -1,6 +1,7 @@
 """A lost origin's messages are taken over by one of its in-sync mirrors: killed (kill -9), every message it
-acknowledged and had not seen finished reaches a consumer of a survivor, once; paused past its lease, it comes
-back fenced and drops what was taken over."""
+acknowledged and had not seen finished reaches a consumer of a survivor, once (pynsq's too); paused past its
+lease, it comes back fenced and drops what was taken over; a mirror that joins late is sent a snapshot and can
+take over."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from harness.pynsq import PynsqLoop
 from harness.wire import WireClient
 from tests.functional.test_replication import replication
 
-# long enough that the survivors, on a loaded machine, are not counted out too: one counted out would come back
-# as a mirror that is not caught up (not built yet), rather than the one that was in sync
+# long enough that the survivors, on a loaded machine, are not counted out too (they would come back as new
+# mirrors, sent a snapshot, which these tests do not wait for)
 LIVENESS = "--replication-liveness-timeout=4s"
 
 
@@ -121,3 +122,36 @@ def test_pynsq_producer_and_consumers_across_a_failover(etcd: EtcdCluster,
                    for problem in problems), problems
     finally:
         pynsq.stop()
+
+
+def mirrored(nsqd: NSQDProcess, origin: NSQDProcess) -> int:
+    for store in replication(nsqd)["mirroring"]:
+        if store["origin"] == f"127.0.0.1:{origin.tcp_port}":
+            return int(store["depth"])
+    return -1
+
+
+def test_a_mirror_that_joins_late_is_sent_a_snapshot_and_can_take_over(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    a, b, c = start_cluster(etcd, nsqd_factory)
+    assert a.http("POST", "/topic/create?topic=orders")[0] == 200
+    assert a.http("POST", "/channel/create?topic=orders&channel=archive")[0] == 200
+    bodies = [b"order %d" % number for number in range(50)]
+    a.multi_publish("orders", bodies)
+    a.publish("unread", b"held by a topic without channels")
+    assert a.http("POST", "/pub?topic=orders&defer=600000", b"deferred ten minutes")[0] == 200
+    b.process.send_signal(signal.SIGKILL)  # its copies are gone
+    d = nsqd_factory(f"--etcd-address={etcd.addresses[0]}", "--replication-address=127.0.0.1:0",
+                     "--replication-factor=3", LIVENESS)
+    # a mirrors on c and d now: d joined with nothing, and is sent everything a has outstanding
+    wait_for(lambda: mirrored(d, a) == 52, 20, lambda: f"a's snapshot on d: {replication(d)}")
+    wait_for(lambda: sorted(replication(a)["in_sync_recorded"]) == sorted(f"127.0.0.1:{n.tcp_port}" for n in (c, d)),
+             20, lambda: f"d in a's recorded in-sync set: {replication(a)}")
+    a.process.send_signal(signal.SIGKILL)
+    wait_for(lambda: depth(c, "orders", "archive") + depth(d, "orders", "archive") == 50, 20,
+             "a's messages on a survivor")
+    adopter = c if depth(c, "orders", "archive") == 50 else d
+    assert adopter.channel_stats("orders", "archive")["deferred_count"] == 1  # it waits its ten minutes there
+    delivered = asyncio.run(finish(adopter, "orders", "archive", 50))
+    assert sorted(delivered) == sorted(bodies)
+    assert json.loads(adopter.http("GET", "/stats?format=json&topic=unread")[2])["topics"][0]["depth"] == 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from services.nsqd.replication.mirror_store import Mirrored, MirrorStore, OutOfOrder
-from services.nsqd.replication.wire import Distribute, DropChannel, DropTopic, Finish, Message, Publish
+from services.nsqd.replication.wire import (Distribute, DropChannel, DropTopic, Finish, Message, Publish, Snapshot,
+                                            SnapshotEnd)
 
 
 def ids(count: int, start: int = 0) -> list[bytes]:
@@ -73,3 +74,16 @@ def test_records_must_come_in_order() -> None:
     with pytest.raises(OutOfOrder):
         store.apply(publish(1, "t", ("c",), ids(1, 1)))  # a replay
     assert store.applied == 1
+
+
+def test_a_store_started_late_holds_a_snapshot_then_takes_the_records_after_it() -> None:
+    store = MirrorStore("a:4150", 1, applied=40)  # the origin was at record 41 when this mirror joined
+    assert not store.complete
+    store.apply(publish(41, "t", ("c",), ids(1, 99)))  # an earlier attempt's leftovers: replaced by the snapshot
+    store.take_snapshot(Snapshot(45, publish(0, "t", ("c",), ids(2))))
+    store.take_snapshot(Snapshot(45, publish(0, "t", (), ids(1, 5))))
+    store.take_snapshot(SnapshotEnd(45))
+    assert store.complete and store.applied == 45
+    assert outstanding(store) == {("t", "c", ids(2)[0]), ("t", "c", ids(2)[1]), ("t", None, ids(1, 5)[0])}
+    store.apply(Finish(46, "t", "c", (ids(2)[0],)))
+    assert store.depth == 2

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from services.nsqd.replication.wire import (Ack, Distribute, DropChannel, DropTopic, Finish, Frame, FrameReader, Hello,
-                                            Message, Publish, Refuse, WireError, encode)
+                                            Message, Publish, Refuse, Snapshot, SnapshotEnd, WireError,
+                                            encode)
 
 FRAMES: list[Frame] = [
     Hello("10.0.0.1:4150", 7, 1),
@@ -19,6 +20,9 @@ FRAMES: list[Frame] = [
     DropTopic(6, "orders", True),
     DropTopic(7, "orders", False),
     Ack(2**40),
+    Snapshot(41, Publish(41, "orders", ("archive",), 2500, (Message(b"0123456789abcdef", 3, b"held"),))),
+    Snapshot(41, Publish(41, "orders", (), 0, ())),
+    SnapshotEnd(41),
     Refuse("E_STALE_EPOCH epoch 6 is older than 7"),
 ]
 
@@ -50,3 +54,8 @@ def test_frames_cut_anywhere_arrive_whole_and_in_order() -> None:
 def test_bytes_that_are_not_a_frame_are_refused(data: bytes, error: str) -> None:
     with pytest.raises(WireError, match=error):
         FrameReader().feed(data)
+
+
+def test_a_snapshot_part_carries_the_snapshots_number_whatever_its_publish_says() -> None:
+    part = Publish(0, "orders", (), 0, (Message(b"0123456789abcdef", 3, b"held"),))
+    assert FrameReader().feed(encode(Snapshot(41, part))) == [Snapshot(41, Publish(41, "orders", (), 0, part.messages))]

@@ -14,7 +14,7 @@ import logging
 from typing import cast
 
 from .mirror_store import MirrorStore, OutOfOrder
-from .wire import MAGIC, Ack, FrameReader, Hello, Refuse, WireError, encode
+from .wire import MAGIC, Ack, FrameReader, Hello, Refuse, Snapshot, SnapshotEnd, WireError, encode
 
 log = logging.getLogger("nsqd")
 
@@ -53,6 +53,8 @@ class MirrorLinkServer(asyncio.Protocol):
                     self._write(Ack(self._hello(frame)))
                 elif isinstance(frame, (Ack, Refuse)) or self._store is None:
                     return self._refuse(f"E_INVALID {type(frame).__name__} where a record belongs")
+                elif isinstance(frame, (Snapshot, SnapshotEnd)):
+                    self._store.take_snapshot(frame)
                 else:
                     self._store.apply(frame)
         except (WireError, OutOfOrder) as error:
@@ -79,7 +81,7 @@ class MirrorLinkServer(asyncio.Protocol):
             self._store = store
             return 0
         self._store = store
-        return store.applied
+        return store.applied if store.complete else 0  # a snapshot it did not finish: it holds nothing usable
 
     def _refuse(self, reason: str) -> None:
         log.error("REPLICATION: link from %s refused: %s", self._remote, reason)

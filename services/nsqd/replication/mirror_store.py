@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .wire import Distribute, DropChannel, DropTopic, Finish, Publish, Record
+from .wire import Distribute, DropChannel, DropTopic, Finish, Publish, Record, Snapshot, SnapshotEnd
 
 
 class OutOfOrder(Exception):
@@ -41,6 +41,8 @@ class MirrorStore:
         self.applied = applied  # the sequence of the last record applied
         self.topics: dict[str, MirroredTopic] = {}
         self.fenced = False  # the origin is gone from the cluster: none of its records are taken any more
+        self.complete = applied == 0  # holds everything of the epoch (a store started later waits for a snapshot)
+        self._snapshot_at = -1  # the sequence of the snapshot being received
 
     def apply(self, record: Record) -> None:
         if self.fenced:
@@ -67,6 +69,21 @@ class MirrorStore:
             else:
                 self.topics.pop(record.topic, None)
         self.applied = record.sequence
+
+    def take_snapshot(self, frame: Snapshot | SnapshotEnd) -> None:
+        """A part of the origin's snapshot (the first replaces what was held), or its end: then this store holds
+        everything up to the snapshot's record and takes the records that follow."""
+        if self.fenced:
+            raise OutOfOrder(f"{self.origin} (epoch {self.epoch}) is gone from the cluster: its records are refused")
+        if frame.sequence != self._snapshot_at:
+            self.topics.clear()
+            self._snapshot_at = frame.sequence
+        if isinstance(frame, Snapshot):
+            self._publish(frame.part)
+            return
+        self.applied = frame.sequence
+        self.complete = True
+        self._snapshot_at = -1
 
     def _topic(self, name: str) -> MirroredTopic:
         topic = self.topics.get(name)

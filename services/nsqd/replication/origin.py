@@ -10,8 +10,9 @@ never a loss. The set is recorded in etcd (``record_in_sync``): a mirror that fe
 publish it did not acknowledge is answered, and a publish is refused if that record cannot be written, if another
 nsqd wrote it (``Fenced``: this origin's epoch is over, and nothing more is acknowledged under it), or if this
 nsqd's lease in etcd may have ended (``lease_holds``), since the cluster may then be adopting its messages. A mirror that fell behind is sent what it missed (records stay buffered until every mirror has them,
-up to ``MAX_UNACKED_BYTES``) and counts again once it has everything; one that lost records (restarted, or the
-buffer overflowed) is not in sync again for this epoch.
+up to ``MAX_UNACKED_BYTES``) and counts again once it has everything. One that lacks records no longer buffered
+(it joined late, restarted empty, or the buffer overflowed) is sent a snapshot instead: everything the origin has
+outstanding as of its newest record, then the records that follow; it counts once it acknowledged them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from shared.addresses import split_host_port
 from ..message import QueuedMessage
 from .in_sync import Fenced
 from .wire import (MAGIC, Ack, Distribute, DropChannel, DropTopic, Finish, FrameReader, Hello, Message, Publish,
-                   Record, Refuse, WireError, encode)
+                   Record, Refuse, Snapshot, SnapshotEnd, WireError, encode)
 
 log = logging.getLogger("nsqd")
 
@@ -45,7 +46,8 @@ class MirrorLink:
     them."""
 
     def __init__(self, origin: str, epoch: int, mirror: str, address: str, next_sequence: int,
-                 latest: Callable[[], int], on_in_sync: Callable[[], None] = lambda: None) -> None:
+                 latest: Callable[[], int], on_in_sync: Callable[[], None] = lambda: None,
+                 snapshot: Callable[[], list[bytes]] = lambda: []) -> None:
         self.origin = origin
         self.epoch = epoch
         self.mirror = mirror
@@ -63,6 +65,7 @@ class MirrorLink:
         self._task: asyncio.Task[None] | None = None
         self._latest = latest  # the number of the origin's newest record
         self._on_in_sync = on_in_sync
+        self._snapshot = snapshot  # the origin's outstanding messages as of now, as frames ending the snapshot
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"mirror-link-{self.mirror}")
@@ -168,11 +171,17 @@ class MirrorLink:
         """The mirror holds every record up to ``applied``: what it lacks is sent again, unless it lacks records no
         longer buffered (it restarted), and then it no longer mirrors this epoch completely."""
         if applied < first - 1:
-            log.error("REPLICATION: %s holds records up to %d only, %d and on are gone here: no longer a "
-                      "complete mirror of this epoch", self.mirror, applied, applied + 1)
+            log.warning("REPLICATION: %s holds records up to %d only, %d and on are gone here: sending it a "
+                        "snapshot", self.mirror, applied, applied + 1)
             self._lose_records()
         self.connected = True
         self._writer = writer
+        if not self.complete:
+            frames = self._snapshot()
+            writer.write(b"".join(frames))
+            self.complete = True  # what follows is buffered and sent after the snapshot
+            log.info("REPLICATION: sent %s a snapshot (%d frames)", self.mirror, len(frames))
+            return
         for sequence, frame in self._unacked:
             if sequence > applied:
                 writer.write(frame)
@@ -192,6 +201,8 @@ class Origin:
         self.record_in_sync: Callable[[int, frozenset[str]], Awaitable[None]] | None = None
         self.lease_holds: Callable[[], bool] = lambda: True
         self.recorded: frozenset[str] = frozenset()  # the in-sync set as last recorded
+        # what this nsqd has outstanding now, as publishes (their sequence is ignored), for a mirror's snapshot
+        self.outstanding: Callable[[], list[Publish]] = lambda: []
         self.fenced = False  # another nsqd wrote the record: nothing more is acknowledged under this epoch
         self._recordings: set[asyncio.Task[None]] = set()
 
@@ -202,10 +213,14 @@ class Origin:
         for node, address in mirrors.items():
             if node not in self.links:
                 link = MirrorLink(self.node, self.epoch, node, address, self.sequence + 1, lambda: self.sequence,
-                                  self._mirror_in_sync)
+                                  self._mirror_in_sync, self._snapshot)
                 self.links[node] = link
                 link.start()
         return stopping
+
+    def _snapshot(self) -> list[bytes]:
+        sequence = self.sequence
+        return [encode(Snapshot(sequence, part)) for part in self.outstanding()] + [encode(SnapshotEnd(sequence))]
 
     def _record(self, record: Record) -> None:
         frame = encode(record)

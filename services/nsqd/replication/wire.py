@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 MAGIC = b"  R1"
@@ -104,10 +104,28 @@ class DropTopic:
     held_only: bool
 
 
-Record = Union[Publish, Distribute, Finish, DropChannel, DropTopic]
-Frame = Union[Hello, Ack, Refuse, Record]
+@dataclass(frozen=True)
+class Snapshot:
+    """Part of what the origin had outstanding when its record ``sequence`` was the newest: sent to a mirror that
+    lacks records (new, or restarted empty) in place of them. The first part of a snapshot replaces whatever the
+    mirror held of the origin."""
 
-_HELLO, _ACK, _REFUSE, _PUBLISH, _DISTRIBUTE, _FINISH, _DROP_CHANNEL, _DROP_TOPIC = range(1, 9)
+    sequence: int
+    part: Publish
+
+
+@dataclass(frozen=True)
+class SnapshotEnd:
+    """The snapshot is whole: the mirror holds everything up to record ``sequence``."""
+
+    sequence: int
+
+
+Record = Union[Publish, Distribute, Finish, DropChannel, DropTopic]
+Frame = Union[Hello, Ack, Refuse, Record, Snapshot, SnapshotEnd]
+
+_HELLO, _ACK, _REFUSE, _PUBLISH, _DISTRIBUTE, _FINISH, _DROP_CHANNEL, _DROP_TOPIC, _SNAPSHOT, _SNAPSHOT_END = \
+    range(1, 11)
 
 
 # -- encoding -------------------------------------------------------------------------------------------------
@@ -126,6 +144,11 @@ def _names(names: tuple[str, ...]) -> bytes:
 
 
 def encode(frame: Frame) -> bytes:
+    if isinstance(frame, Snapshot):
+        # a publish's body, numbered as of the snapshot
+        return _frame(_SNAPSHOT, encode(replace(frame.part, sequence=frame.sequence))[_HEADER.size:])
+    if isinstance(frame, SnapshotEnd):
+        return _frame(_SNAPSHOT_END, _SEQUENCE.pack(frame.sequence))
     if isinstance(frame, Publish):
         parts = [_SEQUENCE.pack(frame.sequence), _name(frame.topic), _names(frame.channels),
                  _DEFER.pack(frame.defer_ms), _COUNT.pack(len(frame.messages))]
@@ -186,6 +209,14 @@ class _Reader:
 def _decode(kind: int, body: bytes) -> Frame:
     reader = _Reader(body)
     frame: Frame
+    if kind == _SNAPSHOT:
+        part = _decode(_PUBLISH, body)
+        assert isinstance(part, Publish)
+        return Snapshot(part.sequence, part)
+    if kind == _SNAPSHOT_END:
+        frame = SnapshotEnd(reader.unpack(_SEQUENCE)[0])
+        reader.done()
+        return frame
     if kind == _PUBLISH:
         (sequence,) = reader.unpack(_SEQUENCE)
         topic, channels = reader.name(), reader.names()
