@@ -59,8 +59,9 @@ class MirrorLinkServer(asyncio.Protocol):
                     self._store.apply(frame)
         except (WireError, OutOfOrder) as error:
             return self._refuse(f"E_INVALID {error}")
-        if frames and not isinstance(frames[-1], Hello) and self._store is not None:
-            self._write(Ack(self._store.applied))
+        store = self._store
+        if frames and not isinstance(frames[-1], Hello) and store is not None and not store.receiving_snapshot:
+            self._write(Ack(store.applied))
 
     def _write(self, frame: Ack | Refuse) -> None:
         if self.transport is not None:

@@ -85,6 +85,11 @@ class MirrorStore:
         self.complete = True
         self._snapshot_at = -1
 
+    @property
+    def receiving_snapshot(self) -> bool:
+        """A snapshot has begun and not ended: nothing is acknowledged meanwhile."""
+        return self._snapshot_at >= 0
+
     def _topic(self, name: str) -> MirroredTopic:
         topic = self.topics.get(name)
         if topic is None:

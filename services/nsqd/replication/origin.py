@@ -53,7 +53,9 @@ class MirrorLink:
         self.mirror = mirror
         self.address = address
         self.acked = next_sequence - 1
-        self.complete = next_sequence == 1  # it can have every record of this epoch
+        # whether the mirror can have everything outstanding here: not until it was sent a snapshot, since even
+        # at an epoch's first record this nsqd may hold messages (from its disk, or from before the epoch)
+        self.complete = False
         self.in_sync = False
         self.connected = False
         self._next = next_sequence  # of the first record not yet sent to this link
@@ -162,14 +164,15 @@ class MirrorLink:
                         raise WireError(f"unexpected {type(frame).__name__}")
                     if not hello_answered:
                         hello_answered = True
-                        self._resume(frame.sequence, first, writer)
+                        if self._resume(frame.sequence, first, writer):
+                            continue  # the mirror's next acknowledgement is the snapshot's
                     self._acked(frame.sequence, self._latest())
         finally:
             writer.close()
 
-    def _resume(self, applied: int, first: int, writer: asyncio.StreamWriter) -> None:
-        """The mirror holds every record up to ``applied``: what it lacks is sent again, unless it lacks records no
-        longer buffered (it restarted), and then it no longer mirrors this epoch completely."""
+    def _resume(self, applied: int, first: int, writer: asyncio.StreamWriter) -> bool:
+        """The mirror holds every record up to ``applied``: what it lacks is sent again, or, where it lacks records
+        no longer buffered (or was never sent a snapshot), a snapshot; whether it was."""
         if applied < first - 1:
             log.warning("REPLICATION: %s holds records up to %d only, %d and on are gone here: sending it a "
                         "snapshot", self.mirror, applied, applied + 1)
@@ -180,12 +183,14 @@ class MirrorLink:
             frames = self._snapshot()
             writer.write(b"".join(frames))
             self.complete = True  # what follows is buffered and sent after the snapshot
-            log.info("REPLICATION: sent %s a snapshot (%d frames)", self.mirror, len(frames))
-            return
+            log.info("REPLICATION: linked to %s (%s), sent a snapshot (%d frames)", self.mirror, self.address,
+                     len(frames))
+            return True
         for sequence, frame in self._unacked:
             if sequence > applied:
                 writer.write(frame)
         log.info("REPLICATION: linked to %s (%s) from record %d", self.mirror, self.address, applied + 1)
+        return False
 
 
 class Origin:
