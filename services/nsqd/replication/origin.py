@@ -58,7 +58,6 @@ class MirrorLink:
         self.complete = False
         self.in_sync = False
         self.connected = False
-        self._next = next_sequence  # of the first record not yet sent to this link
         self._unacked: deque[tuple[int, bytes]] = deque()
         self._unacked_bytes = 0
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
