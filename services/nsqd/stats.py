@@ -104,6 +104,8 @@ def replication_stats(nsqd: NSQD) -> dict[str, Any]:
                     for link in (origin.links.values() if origin else [])],
         "mirroring": [{"origin": store.origin, "epoch": store.epoch, "applied": store.applied, "depth": store.depth}
                       for store in nsqd.mirror_stores.values()],
+        "adopted_origins": nsqd.adoption.adopted if nsqd.adoption else 0,
+        "adopted_messages": nsqd.adoption.adopted_messages if nsqd.adoption else 0,
     }
 
 

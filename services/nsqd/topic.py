@@ -96,6 +96,10 @@ class Topic:
             entries = [(self._guid.next_id(), bodies[0], timestamp, 0)]
         else:
             entries = list(zip(self._guid.next_ids(count), bodies, repeat(timestamp, count), repeat(0, count)))
+        return self._take(entries, defer_ms, len(bodies[0]) if count == 1 else sum(map(len, bodies)))
+
+    def _take(self, entries: list[QueuedMessage], defer_ms: int, size: int) -> Awaitable[None] | None:
+        """``publish`` once the messages have their IDs: held, or handed to every channel; TopicError if refused."""
         held = self.paused or not self.channels or not self.started
         try:
             if held:
@@ -106,8 +110,8 @@ class Topic:
             raise TopicError(str(error)) from None
         except QueueFull as error:
             raise TopicFull(str(error)) from None
-        self.message_count += count
-        self.message_bytes += len(bodies[0]) if count == 1 else sum(map(len, bodies))
+        self.message_count += len(entries)
+        self.message_bytes += size
         if self._health.error is not None:  # taken again: nsqd no longer refuses what it is sent
             self._health.write_succeeded()
         if self.origin is None:
@@ -117,26 +121,20 @@ class Topic:
     def take_adopted(self, channel_name: str | None, entries: list[QueuedMessage],
                      defer_ms: int) -> Awaitable[None] | None:
         """Messages another nsqd had outstanding, taken over from a copy: into ``channel_name`` (made if need be),
-        or, for messages its topic held, as a publish is; recorded for this nsqd's own mirrors as a publish is."""
+        or, for messages its topic held, as a publish is; recorded for this nsqd's own mirrors as a publish is.
+        TopicError if the topic refuses them."""
         if channel_name is None:
-            held = self.paused or not self.channels or not self.started
-            if held:
-                self._hold(entries, defer_ms)
-            else:
-                self._distribute(entries, defer_ms)
-            channels = () if held else self._durable_channels()
+            return self._take(entries, defer_ms, sum(len(entry[1]) for entry in entries))
+        channel = self.get_channel(channel_name)
+        if defer_ms:
+            now = time.monotonic()
+            for entry in entries:
+                channel.put_deferred(entry, defer_ms / 1000, now)
         else:
-            channel = self.get_channel(channel_name)
-            if defer_ms:
-                now = time.monotonic()
-                for entry in entries:
-                    channel.put_deferred(entry, defer_ms / 1000, now)
-            else:
-                channel.put_new(entries)
-            channels = (channel_name,)
+            channel.put_new(entries)
         if self.origin is None:
             return None
-        return self.origin.published(self.name, channels, defer_ms, entries)
+        return self.origin.published(self.name, (channel_name,), defer_ms, entries)
 
     def new_ids(self, count: int) -> list[bytes]:
         return self._guid.next_ids(count)
@@ -170,12 +168,12 @@ class Topic:
         for channel in channels:
             channel.publish(entries)
 
-    def _pump_backlog(self) -> None:
+    def _pump_backlog(self, continuing: bool = False) -> None:
         """Hands the backlog to the channels: memory first, then the disk queue a batch per event-loop turn, so
         other clients are served while a large backlog moves."""
         if self.paused or not self.channels or not self.started or self.exiting:
             return
-        if self.origin is not None and (len(self.queue) or len(self.queue.deferred)):
+        if self.origin is not None and not continuing and (len(self.queue) or len(self.queue.deferred)):
             self.origin.distributed(self.name, self._durable_channels())
         channels = self.channels.values()
         if self.queue.memory:
@@ -204,7 +202,7 @@ class Topic:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
-        loop.call_soon(self._pump_backlog)
+        loop.call_soon(self._pump_backlog, True)
         return True
 
     def start(self) -> None:

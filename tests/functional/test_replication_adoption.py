@@ -71,6 +71,7 @@ def test_killed_its_unfinished_messages_are_delivered_by_one_survivor(
     assert depth(other, "orders", "archive") == 0  # taken over once, not twice
     record = json.loads(etcd.get(f"/nsq/mirrors/127.0.0.1:{a.tcp_port}") or b"")
     assert record["adopted_by"] == f"127.0.0.1:{adopter.tcp_port}" and record["adopted"]
+    assert (replication(adopter)["adopted_origins"], replication(adopter)["adopted_messages"]) == (1, 70)
     delivered = asyncio.run(finish(adopter, "orders", "archive", 70))
     assert sorted(delivered) == sorted(set(bodies) - set(finished))
     # the adopter's own mirrors hold them now, and the other mirror dropped its copy

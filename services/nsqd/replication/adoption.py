@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from shared.etcd.messages import EtcdError, mod_revision_is, put
 
+from ..topic import TopicError
 from .in_sync import MIRRORS
 from .mirror_store import MirrorStore
 from .membership import NODES
@@ -73,7 +74,7 @@ class Adoption:
             try:
                 if await self._settled(key, store):
                     break
-            except EtcdError as error:
+            except (EtcdError, TopicError) as error:  # tried again, the copy kept meanwhile
                 log.warning("REPLICATION: taking over %s: %s", origin, error)
             await asyncio.sleep(CHECK)
         if self._stores.get(origin) is store:
@@ -88,16 +89,19 @@ class Adoption:
         if record.get("adopted"):
             return True
         claimant = record.get("adopted_by")
-        if claimant and (claimant == self.node or await self.etcd.get(NODES + claimant) is not None):
-            return False  # someone (alive) is at it
-        if self.node not in record.get("in_sync", []):
-            return False  # not a copy that may take over: wait for one that may
         claimed = {**record, "adopted_by": self.node}
-        won, responses = await self.etcd.transaction([mod_revision_is(key, current.mod_revision)],
-                                                     [put(key, json.dumps(claimed).encode())])
-        if not won:
-            return False
-        revision = int(responses[0]["response_put"]["header"]["revision"])
+        if claimant == self.node:  # an earlier attempt of this nsqd's failed half-way: again (duplicates, no loss)
+            revision = current.mod_revision
+        elif claimant and await self.etcd.get(NODES + claimant) is not None:
+            return False  # someone alive is at it
+        elif self.node not in record.get("in_sync", []):
+            return False  # not a copy that may take over: wait for one that may
+        else:
+            won, responses = await self.etcd.transaction([mod_revision_is(key, current.mod_revision)],
+                                                         [put(key, json.dumps(claimed).encode())])
+            if not won:
+                return False
+            revision = int(responses[0]["response_put"]["header"]["revision"])
         count = await self._adopt(store)
         self.adopted += 1
         self.adopted_messages += count
