@@ -343,12 +343,14 @@ class NSQD:
         await asyncio.to_thread(_import_etcd_client)
         from shared.etcd.client import Etcd
 
+        from .replication.adoption import Adoption, taken_over
         from .replication.membership import Membership
         from .replication.placement import ClusterNodes
 
         etcd = Etcd(self.opts.etcd_addresses, timeout=self.opts.http_client_request_timeout)
-        self.membership = Membership(etcd, self._broadcast_tcp_address(), self._membership_info,
-                                     self.opts.replication_liveness_timeout, self._registered)
+        node = self._broadcast_tcp_address()
+        self.membership = Membership(etcd, node, self._membership_info, self.opts.replication_liveness_timeout,
+                                     self._registered, lambda: taken_over(etcd, node))
         if self.origin is not None:
             from .replication.in_sync import InSyncRecord
 
@@ -356,9 +358,7 @@ class NSQD:
             self.origin.record_in_sync = InSyncRecord(etcd, self.origin.node).write
             # surely alive: registered, and the lease renewed within its time to live (counted from before asking)
             self.origin.lease_holds = lambda: membership.epoch == 0 or time.monotonic() < membership.alive_until
-        from .replication.adoption import Adoption
-
-        self.adoption = Adoption(etcd, self._broadcast_tcp_address(), self.mirror_stores, self._adopt)
+        self.adoption = Adoption(etcd, node, self.mirror_stores, self._adopt)
         self.cluster_nodes = ClusterNodes(etcd, self._nodes_changed)
         self.cluster_nodes.start()
         self.membership.start()

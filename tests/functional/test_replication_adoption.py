@@ -10,10 +10,10 @@ import json
 import signal
 import time
 from collections.abc import Callable
-
+from pathlib import Path
 
 from harness.etcd import EtcdCluster
-from harness.processes import NSQDProcess, wait_for
+from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd, wait_for
 from harness.pynsq import PynsqLoop
 from harness.wire import WireClient
 from tests.functional.test_replication import replication
@@ -156,3 +156,34 @@ def test_a_mirror_that_joins_late_is_sent_a_snapshot_and_can_take_over(
     delivered = asyncio.run(finish(adopter, "orders", "archive", 50))
     assert sorted(delivered) == sorted(bodies)
     assert json.loads(adopter.http("GET", "/stats?format=json&topic=unread")[2])["topics"][0]["depth"] == 1
+
+
+def restart(nsqd: NSQDProcess, data_path: Path, *args: str) -> NSQDProcess:
+    """``nsqd`` started again under the same address (the same node of the cluster), on ``data_path``."""
+    return start_nsqd(*FAST_SCAN, f"--tcp-address=127.0.0.1:{nsqd.tcp_port}",
+                      f"--http-address=127.0.0.1:{nsqd.http_port}", *args, data_path=data_path)
+
+
+def test_killed_and_started_again_at_once_what_it_held_in_memory_is_taken_over(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess], tmp_path: Path) -> None:
+    """Restarted by its supervisor before its lease ran out: the new process ends the old one's registration and
+    registers only once a mirror took over the messages the old one acknowledged (they were in memory only)."""
+    a, b, c = start_cluster(etcd, nsqd_factory)
+    assert a.http("POST", "/topic/create?topic=orders")[0] == 200
+    assert a.http("POST", "/channel/create?topic=orders&channel=archive")[0] == 200
+    bodies = [b"order %d" % number for number in range(40)]
+    a.multi_publish("orders", bodies)
+    a.process.send_signal(signal.SIGKILL)
+    a.process.wait()
+    again = restart(a, tmp_path / "nsqd0", f"--etcd-address={etcd.addresses[0]}", "--replication-address=127.0.0.1:0",
+                    "--replication-factor=3", LIVENESS)
+    try:
+        wait_for(lambda: depth(b, "orders", "archive") + depth(c, "orders", "archive") == 40, 15,
+                 "a's messages on a survivor")
+        adopter = b if depth(b, "orders", "archive") == 40 else c
+        assert sorted(asyncio.run(finish(adopter, "orders", "archive", 40))) == sorted(bodies)
+        # registered again once they were taken over, and acknowledging publishes
+        wait_for(lambda: len(replication(again)["in_sync_recorded"]) == 2, 20, "a mirrored again")
+        again.publish("orders", b"after the restart")  # answered OK: both mirrors hold it
+    finally:
+        again.stop()

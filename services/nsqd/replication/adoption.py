@@ -34,6 +34,32 @@ log = logging.getLogger("nsqd")
 CHECK = 1.0
 
 
+async def taken_over(etcd: Etcd, node: str) -> None:
+    """Returns once what ``node`` acknowledged under its last epoch has been taken over, or once no mirror that
+    could take it over is left: before ``node`` registers again, which would end its mirrors' copies of that epoch.
+
+    A mirror could if the origin's record names it in sync and it has been registered since before the record was
+    last written (a mirror registered since has started afresh, its copies gone with its process)."""
+    waited = False
+    while True:
+        current = await etcd.get(MIRRORS + node)
+        record: dict[str, Any] = json.loads(current.value) if current is not None else {}
+        if current is None or record.get("adopted") or not record.get("in_sync"):
+            return
+        registered, _ = await etcd.get_prefix(NODES)
+        able = [kv.key[len(NODES):] for kv in registered
+                if kv.key[len(NODES):] in record["in_sync"] and kv.mod_revision < current.mod_revision]
+        if not able:
+            if waited:
+                log.warning("REPLICATION: no mirror of %s is left to take over epoch %d", node, record["epoch"])
+            return
+        if not waited:
+            log.info("REPLICATION: waiting for %s to take over epoch %d of this nsqd", " or ".join(able),
+                     record.get("epoch", 0))
+            waited = True
+        await asyncio.sleep(CHECK / 4)
+
+
 class Adoption:
     def __init__(self, etcd: Etcd, node: str, stores: dict[str, MirrorStore],
                  adopt: Callable[[MirrorStore], Awaitable[int]]) -> None:

@@ -8,6 +8,10 @@ again under a new lease, as a member starting afresh. Each registration is an ep
 write (``on_registered`` is told): it only grows, so mirrors can tell a newer registration from an older one. Until a lease
 is granted, or while etcd does not answer, it keeps trying, once a second. ``alive_until`` is how long this nsqd
 can be sure its lease still holds, counted from before its last renewal was sent.
+
+A registration first ends the one before it: a key still held by an earlier process's lease (killed, and started
+again before the lease ran out) goes with that lease, so that the cluster takes over what the earlier process
+acknowledged; then ``before_registering`` waits for that (adoption.taken_over) before the new epoch begins.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import json
 import logging
 import math
 import time
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from shared.etcd.client import Etcd
 from shared.etcd.messages import EtcdError
@@ -30,7 +34,8 @@ RETRY = 1.0  # seconds between attempts while etcd does not answer
 
 class Membership:
     def __init__(self, etcd: Etcd, node: str, info: Callable[[], dict[str, Any]], liveness_timeout: float,
-                 on_registered: Callable[[int], None] = lambda epoch: None) -> None:
+                 on_registered: Callable[[int], None] = lambda epoch: None,
+                 before_registering: Callable[[], Awaitable[None]] | None = None) -> None:
         self.etcd = etcd
         self.node = node
         self.key = NODES + node
@@ -41,6 +46,7 @@ class Membership:
         self.epoch = 0  # the etcd revision of the latest registration
         self._info = info
         self._on_registered = on_registered
+        self._before_registering = before_registering
         self._task: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
 
@@ -71,6 +77,16 @@ class Membership:
                 await asyncio.sleep(RETRY)
 
     async def _register(self) -> None:
+        earlier = await self.etcd.get(self.key)
+        if earlier is not None:
+            log.warning("ETCD: %s is held by an earlier process of this node (lease %x): ending it", self.key,
+                        earlier.lease)
+            if earlier.lease:
+                await self.etcd.revoke(earlier.lease)
+            else:
+                await self.etcd.delete(self.key)
+        if self._before_registering is not None:
+            await self._before_registering()
         asked_at = time.monotonic()
         lease = await self.etcd.grant(self.ttl)
         self.epoch = await self.etcd.put(self.key, json.dumps(self._info()).encode(), lease)
