@@ -34,16 +34,17 @@ class EtcdMember:
     client_port: int
     peer_port: int
     data_dir: Path
+    host: str = "127.0.0.1"
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> str:
         """``host:port`` of its client API, as ``--etcd-address`` takes it."""
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
 
 @dataclass
@@ -126,11 +127,13 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def start_etcd(size: int = 1) -> EtcdCluster:
-    """``size`` members (1 or 3, say), healthy when this returns; the test is skipped without etcd."""
+def start_etcd(size: int = 1, host: str = "127.0.0.1") -> EtcdCluster:
+    """``size`` members (1 or 3, say) on ``host`` (an address of a network namespace's segment, say), healthy when
+    this returns; the test is skipped without etcd."""
     require_etcd()
     scratch = Path(tempfile.mkdtemp(prefix="etcd-"))
-    members = [EtcdMember(f"m{index}", free_port(), free_port(), scratch / f"m{index}") for index in range(size)]
+    members = [EtcdMember(f"m{index}", free_port(), free_port(), scratch / f"m{index}", host)
+               for index in range(size)]
     cluster = EtcdCluster(members, scratch, scratch / "etcd.log")
     try:
         for member in members:
