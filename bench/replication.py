@@ -62,10 +62,11 @@ def _percentile(values: list[float], fraction: float) -> float:
 def report(ledger: Ledger, outcomes: list[Outcome]) -> None:
     failovers = [outcome.failover for outcome in outcomes if outcome.failover is not None]
     interrupted = [outcome.interrupted for outcome in outcomes if outcome.fault != "etcd-member"]
+    survived = [outcome for outcome in outcomes if outcome.fault != "rolling-restart"]  # there, every nsqd goes
     print(f"faults: {len(outcomes)}; publishing to the nsqd hit interrupted for p50 "
-          f"{_percentile(interrupted, 0.5):.1f} s, max {max(interrupted, default=float('nan')):.1f} s; publishes to the others failed "
-          f"{sum(outcome.survivors_failed for outcome in outcomes)} times, their longest wait for an OK "
-          f"{max((outcome.survivors_slowest for outcome in outcomes), default=0.0) * 1000:.0f} ms")
+          f"{_percentile(interrupted, 0.5):.1f} s, max {max(interrupted, default=float('nan')):.1f} s; publishes "
+          f"to the others (rolling restarts aside) failed {sum(outcome.survivors_failed for outcome in survived)} "
+          f"times, their longest wait for an OK {max(o.survivors_slowest for o in survived) * 1000:.0f} ms")
     print(f"acknowledged {len(ledger.acknowledged)}, lost {len(ledger.lost)}, duplicates {ledger.duplicates}, "
           f"unexpected {len(ledger.unexpected)}, failover p50 {_percentile(failovers, 0.5):.1f} s, "
           f"max {max(failovers, default=float('nan')):.1f} s")
