@@ -23,7 +23,7 @@ from shared.compiled import can_compile
 # from the socket to a channel and back: protocol V2's parser and session, nsqd's connection, topics, channels,
 # queues (the disk queue and its files too) and clients; the HTTP server nsqd and lookupd share, nsqd's HTTP API;
 # lookupd's protocol, registrations and API (its parser shares the V2 parser's base class, and a compiled class
-# cannot have interpreted subclasses)
+# cannot have interpreted subclasses); replication's records, on both sides of a link
 COMPILED = [
     "shared/protocol/commands.py",
     "shared/protocol/frames.py",
@@ -46,6 +46,8 @@ COMPILED = [
     "services/nsqd/queue_cap.py",
     "services/nsqd/segment_files.py",
     "services/nsqd/storage.py",
+    "services/nsqd/replication/wire.py",
+    "services/nsqd/replication/mirror_store.py",
     "shared/http_conventions.py",
     "shared/http_router.py",
     "shared/http_server.py",

@@ -30,6 +30,7 @@ from .client import Client, EndOfTurnFlush
 from .storage import Storage
 from .http_api import build_router, tls_required
 from .lookup_peer import LookupPeer, channels_in_cluster, registrations
+from .message import ATTEMPTS, BODY, TIMESTAMP
 from .metadata import DataPathLock
 from .options import Options
 from .protocol_v2 import ConnectionV2, ListenerContext
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from .replication.adoption import Adoption
     from .replication.membership import Membership
     from .replication.mirror_server import MirrorLinkServer
-    from .replication.mirror_store import Mirrored, MirrorStore
+    from .replication.mirror_store import MirrorStore
     from .message import QueuedMessage
     from .replication.origin import Origin
     from .replication.placement import ClusterNodes, Nodes
@@ -424,14 +425,14 @@ class NSQD:
         """A lost origin's outstanding messages into this nsqd's topics and channels; done once this nsqd's own
         mirrors hold them (those that could not have enough copies are kept here all the same)."""
         now = time.time_ns()
-        groups: dict[tuple[str, str | None, int], list[Mirrored]] = {}
-        for topic_name, channel_name, message in store.outstanding():
-            defer_ms = max(0, (message.deliver_after - now) // 1_000_000) if message.deliver_after else 0
+        groups: dict[tuple[str, str | None, int], list[QueuedMessage]] = {}
+        for topic_name, channel_name, message, due in store.outstanding():
+            defer_ms = max(0, (due - now) // 1_000_000) if due else 0
             groups.setdefault((topic_name, channel_name, defer_ms), []).append(message)
         waits = []
         for (topic_name, channel_name, defer_ms), messages in groups.items():
             topic = self.get_topic(topic_name)
-            entries = [(msg_id, message.body, message.timestamp, 0)
+            entries = [(msg_id, message[BODY], message[TIMESTAMP], message[ATTEMPTS])
                        for msg_id, message in zip(topic.new_ids(len(messages)), messages)]
             waiting = topic.take_adopted(channel_name, entries, defer_ms)
             if waiting is not None:
@@ -553,15 +554,13 @@ def _snapshot_parts(topic: str, channels: tuple[str, ...], queued: list[QueuedMe
                     delayed: list[tuple[QueuedMessage, int]], size: int = 1000) -> list[Publish]:
     """``queued`` in publishes of ``size`` messages; each of ``delayed`` in one of its own, its delay counted from
     its timestamp, as a mirror counts it."""
-    from .replication.wire import Message, Publish
+    from .replication.wire import Publish
 
-    parts = [Publish(0, topic, channels, 0, tuple(Message(entry[0], entry[2], entry[1])
-                                                  for entry in queued[start:start + size]))
-             for start in range(0, len(queued), size)]
+    parts = [Publish(0, topic, channels, 0, tuple(queued[start:start + size])) for start in range(0, len(queued), size)]
     now = time.time_ns()
     for entry, delay_ms in delayed:
-        since_published = max(0, now - entry[2]) // 1_000_000
-        parts.append(Publish(0, topic, channels, since_published + delay_ms, (Message(entry[0], entry[2], entry[1]),)))
+        since_published = max(0, now - entry[TIMESTAMP]) // 1_000_000
+        parts.append(Publish(0, topic, channels, since_published + delay_ms, (entry,)))
     return parts
 
 

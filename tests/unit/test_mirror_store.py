@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.nsqd.replication.mirror_store import Mirrored, MirrorStore, OutOfOrder
-from services.nsqd.replication.wire import (Distribute, DropChannel, DropTopic, Finish, Message, Publish, Snapshot,
-                                            SnapshotEnd)
+from services.nsqd.replication.mirror_store import MirrorStore, OutOfOrder
+from services.nsqd.replication.wire import Distribute, DropChannel, DropTopic, Finish, Publish, Snapshot, SnapshotEnd
 
 
 def ids(count: int, start: int = 0) -> list[bytes]:
@@ -14,12 +13,12 @@ def ids(count: int, start: int = 0) -> list[bytes]:
 
 
 def publish(sequence: int, topic: str, channels: tuple[str, ...], msg_ids: list[bytes], defer_ms: int = 0) -> Publish:
-    return Publish(sequence, topic, channels, defer_ms, tuple(Message(msg_id, 1000, b"body " + msg_id)
+    return Publish(sequence, topic, channels, defer_ms, tuple((msg_id, b"body " + msg_id, 1000, 0)
                                                              for msg_id in msg_ids))
 
 
 def outstanding(store: MirrorStore) -> set[tuple[str, str | None, bytes]]:
-    return {(topic, channel, message.id) for topic, channel, message in store.outstanding()}
+    return {(topic, channel, message[0]) for topic, channel, message, _ in store.outstanding()}
 
 
 def test_a_message_is_outstanding_in_each_channel_until_that_channel_finishes_it() -> None:
@@ -51,19 +50,34 @@ def test_channels_and_topics_dropped_take_their_messages() -> None:
     store.apply(publish(1, "t", ("c1", "c2"), ids(2)))
     store.apply(publish(2, "u", ("c1",), ids(2, 5)))
     store.apply(DropChannel(3, "t", "c1"))
-    assert {(topic, channel) for topic, channel, _ in store.outstanding()} == {("t", "c2"), ("u", "c1")}
+    assert {(topic, channel) for topic, channel, _, _ in store.outstanding()} == {("t", "c2"), ("u", "c1")}
     store.apply(DropTopic(4, "t", held_only=False))
     store.apply(DropChannel(5, "gone", "c1"))  # nothing there: no error
-    assert {topic for topic, _, _ in store.outstanding()} == {"u"}
+    assert {topic for topic, _, _, _ in store.outstanding()} == {"u"}
 
 
 def test_a_deferred_message_keeps_when_it_is_due_and_its_body_is_held_once() -> None:
     store = MirrorStore("a:4150", 1)
     (msg_id,) = ids(1)
     store.apply(publish(1, "t", ("c1", "c2"), [msg_id], defer_ms=2500))
-    copies = [message for _, _, message in store.outstanding()]
-    assert copies[0] == Mirrored(msg_id, 1000, b"body " + msg_id, 1000 + 2_500_000_000)
-    assert copies[0] is copies[1]
+    copies = [(message, due) for _, _, message, due in store.outstanding()]
+    assert copies[0] == ((msg_id, b"body " + msg_id, 1000, 0), 1000 + 2_500_000_000)
+    assert copies[0][0][1] is copies[1][0][1]  # one body, whatever the number of channels
+    store.apply(Finish(2, "t", "c1", (msg_id,)))
+    assert [(channel, due) for _, channel, _, due in store.outstanding()] == [("c2", 1000 + 2_500_000_000)]
+
+
+def test_a_deferred_message_held_by_its_topic_stays_deferred_in_the_channels_it_is_handed_to() -> None:
+    store = MirrorStore("a:4150", 1)
+    deferred, at_once = ids(2)
+    store.apply(publish(1, "t", (), [deferred], defer_ms=1000))
+    store.apply(publish(2, "t", (), [at_once]))
+    store.apply(Distribute(3, "t", ("c1", "c2")))
+    assert sorted((channel, message[0], due) for _, channel, message, due in store.outstanding()) == [
+        ("c1", deferred, 1000 + 1_000_000_000), ("c1", at_once, 0), ("c2", deferred, 1000 + 1_000_000_000),
+        ("c2", at_once, 0)]
+    store.apply(DropChannel(4, "t", "c1"))
+    assert store.topics["t"].due == {("c2", deferred): 1000 + 1_000_000_000}
 
 
 def test_records_must_come_in_order() -> None:

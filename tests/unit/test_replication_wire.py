@@ -6,21 +6,21 @@ from __future__ import annotations
 import pytest
 
 from services.nsqd.replication.wire import (Ack, Distribute, DropChannel, DropTopic, Finish, Frame, FrameReader, Hello,
-                                            Message, Publish, Refuse, Snapshot, SnapshotEnd, WireError,
+                                            Publish, Refuse, Snapshot, SnapshotEnd, WireError,
                                             encode)
 
 FRAMES: list[Frame] = [
     Hello("10.0.0.1:4150", 7, 1),
     Publish(1, "orders", ("archive", "billing"), 0,
-            (Message(b"0123456789abcdef", 1_700_000_000_000_000_000, b"{}"), Message(b"fedcba9876543210", 1, b""))),
-    Publish(2, "orders", (), 1500, (Message(b"0123456789abcdeg", 2, b"x" * 70_000),)),
+            ((b"0123456789abcdef", b"{}", 1_700_000_000_000_000_000, 0), (b"fedcba9876543210", b"", 1, 3))),
+    Publish(2, "orders", (), 1500, ((b"0123456789abcdeg", b"x" * 70_000, 2, 0),)),
     Distribute(3, "orders", ("archive",)),
     Finish(4, "orders", "archive", (b"0123456789abcdef", b"fedcba9876543210")),
     DropChannel(5, "orders", "billing#ephemeral"),
     DropTopic(6, "orders", True),
     DropTopic(7, "orders", False),
     Ack(2**40),
-    Snapshot(41, Publish(41, "orders", ("archive",), 2500, (Message(b"0123456789abcdef", 3, b"held"),))),
+    Snapshot(41, Publish(41, "orders", ("archive",), 2500, ((b"0123456789abcdef", b"held", 3, 0),))),
     Snapshot(41, Publish(41, "orders", (), 0, ())),
     SnapshotEnd(41),
     Refuse("E_STALE_EPOCH epoch 6 is older than 7"),
@@ -57,5 +57,5 @@ def test_bytes_that_are_not_a_frame_are_refused(data: bytes, error: str) -> None
 
 
 def test_a_snapshot_part_carries_the_snapshots_number_whatever_its_publish_says() -> None:
-    part = Publish(0, "orders", (), 0, (Message(b"0123456789abcdef", 3, b"held"),))
+    part = Publish(0, "orders", (), 0, ((b"0123456789abcdef", b"held", 3, 0),))
     assert FrameReader().feed(encode(Snapshot(41, part))) == [Snapshot(41, Publish(41, "orders", (), 0, part.messages))]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..message import ID, TIMESTAMP, QueuedMessage
 from .wire import Distribute, DropChannel, DropTopic, Finish, Publish, Record, Snapshot, SnapshotEnd
 
 
@@ -20,18 +21,15 @@ class OutOfOrder(Exception):
     """A record that is not the one after the last applied: the link lost or reordered something."""
 
 
-@dataclass(frozen=True)
-class Mirrored:
-    id: bytes
-    timestamp: int  # nanoseconds, when the origin took it
-    body: bytes
-    deliver_after: int  # nanoseconds since the epoch (a deferred publish), 0: at once
+HELD = ""  # where ``MirroredTopic.due`` names the topic's own queue (no channel has an empty name)
 
 
 @dataclass
 class MirroredTopic:
-    held: dict[bytes, Mirrored] = field(default_factory=dict)
-    channels: dict[str, dict[bytes, Mirrored]] = field(default_factory=dict)
+    held: dict[bytes, QueuedMessage] = field(default_factory=dict)
+    channels: dict[str, dict[bytes, QueuedMessage]] = field(default_factory=dict)
+    # (channel, or HELD; id): when a deferred message is due, nanoseconds since the epoch; most have no entry
+    due: dict[tuple[str, bytes], int] = field(default_factory=dict)
 
 
 class MirrorStore:
@@ -52,20 +50,33 @@ class MirrorStore:
         if isinstance(record, Publish):
             self._publish(record)
         elif isinstance(record, Finish):
-            messages = self.topics.get(record.topic, _NO_TOPIC).channels.get(record.channel)
+            topic = self.topics.get(record.topic, _NO_TOPIC)
+            messages = topic.channels.get(record.channel)
             if messages:
                 for msg_id in record.ids:
                     messages.pop(msg_id, None)
+                if topic.due:
+                    for msg_id in record.ids:
+                        topic.due.pop((record.channel, msg_id), None)
         elif isinstance(record, Distribute):
             topic = self._topic(record.topic)
             for name in record.channels:
                 topic.channels.setdefault(name, {}).update(topic.held)
+            if topic.due:
+                for (place, msg_id), due in list(topic.due.items()):
+                    if place == HELD:
+                        del topic.due[(place, msg_id)]
+                        topic.due.update(((name, msg_id), due) for name in record.channels)
             topic.held = {}
         elif isinstance(record, DropChannel):
-            self.topics.get(record.topic, _NO_TOPIC).channels.pop(record.channel, None)
+            topic = self.topics.get(record.topic, _NO_TOPIC)
+            topic.channels.pop(record.channel, None)
+            _forget_due(topic, record.channel)
         elif isinstance(record, DropTopic):
             if record.held_only:
-                self.topics.get(record.topic, _NO_TOPIC).held.clear()
+                topic = self.topics.get(record.topic, _NO_TOPIC)
+                topic.held.clear()
+                _forget_due(topic, HELD)
             else:
                 self.topics.pop(record.topic, None)
         self.applied = record.sequence
@@ -98,27 +109,37 @@ class MirrorStore:
 
     def _publish(self, record: Publish) -> None:
         topic = self._topic(record.topic)
-        delay = record.defer_ms * 1_000_000
-        messages = [Mirrored(message.id, message.timestamp, message.body,
-                             message.timestamp + delay if delay else 0) for message in record.messages]
-        targets = [topic.channels.setdefault(name, {}) for name in record.channels] or [topic.held]
-        for target in targets:
-            for message in messages:
-                target[message.id] = message
+        messages = record.messages
+        places = record.channels or (HELD,)
+        for place in places:
+            target = topic.channels.setdefault(place, {}) if place else topic.held
+            target.update([(message[ID], message) for message in messages])
+        if record.defer_ms:
+            delay = record.defer_ms * 1_000_000
+            topic.due.update(((place, message[ID]), message[TIMESTAMP] + delay)
+                             for place in places for message in messages)
 
-    def outstanding(self) -> Iterator[tuple[str, str | None, Mirrored]]:
-        """(topic, channel or None for the topic's own queue, message) for every message still outstanding."""
+    def outstanding(self) -> Iterator[tuple[str, str | None, QueuedMessage, int]]:
+        """(topic, channel or None for the topic's own queue, message, when it is due: nanoseconds since the epoch,
+        0 at once) for every message still outstanding."""
         for topic_name, topic in self.topics.items():
+            due = topic.due
             for message in topic.held.values():
-                yield topic_name, None, message
+                yield topic_name, None, message, due.get((HELD, message[ID]), 0) if due else 0
             for channel_name, messages in topic.channels.items():
                 for message in messages.values():
-                    yield topic_name, channel_name, message
+                    yield topic_name, channel_name, message, due.get((channel_name, message[ID]), 0) if due else 0
 
     @property
     def depth(self) -> int:
         """Outstanding messages, counted once per channel (and once held), as nsqd's depths count them."""
         return sum(len(topic.held) + sum(map(len, topic.channels.values())) for topic in self.topics.values())
+
+
+def _forget_due(topic: MirroredTopic, place: str) -> None:
+    if topic.due:
+        for key in [key for key in topic.due if key[0] == place]:
+            del topic.due[key]
 
 
 _NO_TOPIC = MirroredTopic()

@@ -7,8 +7,9 @@ per record. A mirror that will not take the origin (an older epoch than one it h
 closes.
 
 Frame: size (4 bytes, big-endian, what follows), type (1 byte), body. Names are ASCII and at most 64 bytes (NSQ's
-rule), each with a 1-byte length; a message is its 16-byte ID, its timestamp (8 bytes, nanoseconds) and its body
-(4-byte length).
+rule), each with a 1-byte length; a message is its 16-byte ID, its timestamp (8 bytes, nanoseconds), its attempts
+(2 bytes) and its body (4-byte length). Messages travel as nsqd queues them (``QueuedMessage`` tuples), so that
+neither side builds an object per message.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import struct
 from dataclasses import dataclass, replace
 from typing import Union
 
+from ..message import QueuedMessage
+
 MAGIC = b"  R1"
 MAX_FRAME = 64 * 1024 * 1024
 
 _HEADER = struct.Struct(">IB")
 _SEQUENCE = struct.Struct(">Q")
-_MESSAGE = struct.Struct(">16sqI")
+_MESSAGE = struct.Struct(">16sqHI")
 _COUNT = struct.Struct(">I")
 _DEFER = struct.Struct(">I")
 
@@ -50,13 +53,6 @@ class Refuse:
 
 
 @dataclass(frozen=True)
-class Message:
-    id: bytes
-    timestamp: int
-    body: bytes
-
-
-@dataclass(frozen=True)
 class Publish:
     """Messages published to ``topic``, in ``channels`` (none: held by the topic), deferred ``defer_ms``."""
 
@@ -64,7 +60,7 @@ class Publish:
     topic: str
     channels: tuple[str, ...]
     defer_ms: int
-    messages: tuple[Message, ...]
+    messages: tuple[QueuedMessage, ...]
 
 
 @dataclass(frozen=True)
@@ -152,8 +148,9 @@ def encode(frame: Frame) -> bytes:
     if isinstance(frame, Publish):
         parts = [_SEQUENCE.pack(frame.sequence), _name(frame.topic), _names(frame.channels),
                  _DEFER.pack(frame.defer_ms), _COUNT.pack(len(frame.messages))]
-        for message in frame.messages:
-            parts += (_MESSAGE.pack(message.id, message.timestamp, len(message.body)), message.body)
+        pack = _MESSAGE.pack
+        for msg_id, body, timestamp, attempts in frame.messages:
+            parts += (pack(msg_id, timestamp, attempts, len(body)), body)
         return _frame(_PUBLISH, b"".join(parts))
     if isinstance(frame, Finish):
         return _frame(_FINISH, _SEQUENCE.pack(frame.sequence) + _name(frame.topic) + _name(frame.channel)
@@ -221,10 +218,10 @@ def _decode(kind: int, body: bytes) -> Frame:
         (sequence,) = reader.unpack(_SEQUENCE)
         topic, channels = reader.name(), reader.names()
         (defer_ms,) = reader.unpack(_DEFER)
-        messages = []
+        messages: list[QueuedMessage] = []
         for _ in range(reader.unpack(_COUNT)[0]):
-            msg_id, timestamp, size = _MESSAGE.unpack(reader.take(_MESSAGE.size))
-            messages.append(Message(msg_id, timestamp, reader.take(size)))
+            msg_id, timestamp, attempts, size = _MESSAGE.unpack(reader.take(_MESSAGE.size))
+            messages.append((msg_id, reader.take(size), timestamp, attempts))
         frame = Publish(sequence, topic, channels, defer_ms, tuple(messages))
     elif kind == _FINISH:
         (sequence,) = reader.unpack(_SEQUENCE)
