@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml setup.py shared/version.py
 COMPILE ?= 1
 COMPILED := $(VENV)/.compiled
 COMPILED_MODULES = find shared services apps -name '*.cpython-*.so'
-$(COMPILED): $(STAMP) setup.py $(wildcard shared/*.py shared/*/*.py services/*/*.py)
+$(COMPILED): $(STAMP) setup.py $(wildcard shared/*.py shared/*/*.py services/*/*.py services/*/*/*.py)
 	touch $(VENV)/compile.started
 	$(COMPILED_MODULES) -delete; rm -rf build  # what setup.py no longer lists would stay in the way
 	if $(BIN)/python -c 'from shared import compiled; raise SystemExit(not compiled.can_compile())'; then \

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.nsqd.replication.mirror_store import MirrorStore, OutOfOrder
+from services.nsqd.replication.mirror_store import COMPACT_AT, MirrorStore, OutOfOrder
 from services.nsqd.replication.wire import Distribute, DropChannel, DropTopic, Finish, Publish, Snapshot, SnapshotEnd
 
 
@@ -77,7 +77,21 @@ def test_a_deferred_message_held_by_its_topic_stays_deferred_in_the_channels_it_
         ("c1", deferred, 1000 + 1_000_000_000), ("c1", at_once, 0), ("c2", deferred, 1000 + 1_000_000_000),
         ("c2", at_once, 0)]
     store.apply(DropChannel(4, "t", "c1"))
-    assert store.topics["t"].due == {("c2", deferred): 1000 + 1_000_000_000}
+    assert {channel for _, channel, _, _ in store.outstanding()} == {"c2"}
+
+
+def test_a_channel_that_finished_most_of_what_it_held_is_compacted_to_what_is_outstanding() -> None:
+    store = MirrorStore("a:4150", 1)
+    published = ids(COMPACT_AT + 100)
+    for sequence, start in enumerate(range(0, len(published), 100), 1):
+        store.apply(publish(sequence, "t", ("c1", "c2"), published[start:start + 100]))
+    store.apply(Finish(sequence + 1, "t", "c1", tuple(published[:COMPACT_AT - 1])))
+    c1 = store.topics["t"].channels["c1"]
+    assert (len(c1.finished), store.depth) == (COMPACT_AT - 1, 101 + len(published))
+    store.apply(Finish(sequence + 2, "t", "c1", (published[-1],)))  # compacted now
+    assert (len(c1.finished), len(c1.batches), c1.count) == (0, 2, 100)
+    assert outstanding(store) == {("t", "c1", msg_id) for msg_id in published[COMPACT_AT - 1:-1]} | {
+        ("t", "c2", msg_id) for msg_id in published}
 
 
 def test_records_must_come_in_order() -> None:

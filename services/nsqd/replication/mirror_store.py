@@ -4,8 +4,15 @@ topic while it has no channel), built by applying the origin's records in order.
 It follows what the origin says, never what it would infer: a publish names the channels that took it, and a
 topic handing its backlog to channels says which. A message is outstanding in a channel until the origin says
 that channel is done with it (FIN, or dropped); one message's body is held once, whatever the number of channels.
-A finish for a message the mirror never had (published before the mirror joined) changes nothing. On adoption,
-``outstanding()`` is what a survivor puts into its own topics and channels.
+A finish for a message the mirror never had changes nothing. On adoption, ``outstanding()`` is what a survivor
+puts into its own topics and channels.
+
+Mirroring costs next to nothing per message, since a backlog a mirror holds can be millions deep: a publish is kept
+as the batch of messages its record brought, shared by every channel that took it, and a channel holds its
+batches in order and the IDs finished since. Once the finished IDs are at least ``COMPACT_AT`` and half of what
+the channel holds, the channel is compacted: a batch all finished goes, the others keep what is outstanding, and
+the finished IDs are forgotten. A publish costs the mirror one step per batch, a finish one set insertion, and
+compaction a constant per message over time.
 """
 
 from __future__ import annotations
@@ -16,20 +23,72 @@ from dataclasses import dataclass, field
 from ..message import ID, TIMESTAMP, QueuedMessage
 from .wire import Distribute, DropChannel, DropTopic, Finish, Publish, Record, Snapshot, SnapshotEnd
 
+COMPACT_AT = 4096
+
 
 class OutOfOrder(Exception):
     """A record that is not the one after the last applied: the link lost or reordered something."""
 
 
-HELD = ""  # where ``MirroredTopic.due`` names the topic's own queue (no channel has an empty name)
+@dataclass
+class Batch:
+    messages: tuple[QueuedMessage, ...]
+    delay: int  # nanoseconds after its timestamp that each message is due (a deferred publish); 0: at once
+
+
+class MirroredQueue:
+    """A channel's copy, or its topic's own queue."""
+
+    def __init__(self) -> None:
+        self.batches: list[Batch] = []
+        self.count = 0  # messages in the batches, finished or not
+        self.finished: set[bytes] = set()
+
+    @property
+    def depth(self) -> int:
+        """Outstanding messages (fewer if it was told of finishes of messages it never had, until compacted)."""
+        return self.count - len(self.finished)
+
+    def add(self, batches: list[Batch]) -> None:
+        self.batches += batches
+        self.count += sum(len(batch.messages) for batch in batches)
+
+    def finish(self, ids: tuple[bytes, ...]) -> None:
+        finished = self.finished
+        finished.update(ids)
+        if len(finished) >= COMPACT_AT and 2 * len(finished) >= self.count:
+            self.compact()
+
+    def compact(self) -> None:
+        finished, kept, count = self.finished, [], 0
+        for batch in self.batches:
+            left = [message for message in batch.messages if message[ID] not in finished]
+            if len(left) == len(batch.messages):
+                kept.append(batch)
+            elif left:
+                kept.append(Batch(tuple(left), batch.delay))
+            count += len(left)
+        self.batches, self.count, self.finished = kept, count, set()
+
+    def outstanding(self) -> Iterator[tuple[QueuedMessage, int]]:
+        """(message, when it is due: nanoseconds since the epoch, 0 at once) for each outstanding message."""
+        finished = self.finished
+        for batch in self.batches:
+            for message in batch.messages:
+                if message[ID] not in finished:
+                    yield message, message[TIMESTAMP] + batch.delay if batch.delay else 0
 
 
 @dataclass
 class MirroredTopic:
-    held: dict[bytes, QueuedMessage] = field(default_factory=dict)
-    channels: dict[str, dict[bytes, QueuedMessage]] = field(default_factory=dict)
-    # (channel, or HELD; id): when a deferred message is due, nanoseconds since the epoch; most have no entry
-    due: dict[tuple[str, bytes], int] = field(default_factory=dict)
+    held: MirroredQueue = field(default_factory=MirroredQueue)
+    channels: dict[str, MirroredQueue] = field(default_factory=dict)
+
+    def channel(self, name: str) -> MirroredQueue:
+        queue = self.channels.get(name)
+        if queue is None:
+            queue = self.channels[name] = MirroredQueue()
+        return queue
 
 
 class MirrorStore:
@@ -50,33 +109,24 @@ class MirrorStore:
         if isinstance(record, Publish):
             self._publish(record)
         elif isinstance(record, Finish):
-            topic = self.topics.get(record.topic, _NO_TOPIC)
-            messages = topic.channels.get(record.channel)
-            if messages:
-                for msg_id in record.ids:
-                    messages.pop(msg_id, None)
-                if topic.due:
-                    for msg_id in record.ids:
-                        topic.due.pop((record.channel, msg_id), None)
+            queue = self.topics.get(record.topic, _NO_TOPIC).channels.get(record.channel)
+            if queue is not None:
+                queue.finish(record.ids)
         elif isinstance(record, Distribute):
             topic = self._topic(record.topic)
+            held = topic.held
+            if held.finished:
+                held.compact()
             for name in record.channels:
-                topic.channels.setdefault(name, {}).update(topic.held)
-            if topic.due:
-                for (place, msg_id), due in list(topic.due.items()):
-                    if place == HELD:
-                        del topic.due[(place, msg_id)]
-                        topic.due.update(((name, msg_id), due) for name in record.channels)
-            topic.held = {}
+                topic.channel(name).add(held.batches)
+            topic.held = MirroredQueue()
         elif isinstance(record, DropChannel):
-            topic = self.topics.get(record.topic, _NO_TOPIC)
-            topic.channels.pop(record.channel, None)
-            _forget_due(topic, record.channel)
+            self.topics.get(record.topic, _NO_TOPIC).channels.pop(record.channel, None)
         elif isinstance(record, DropTopic):
             if record.held_only:
-                topic = self.topics.get(record.topic, _NO_TOPIC)
-                topic.held.clear()
-                _forget_due(topic, HELD)
+                emptied = self.topics.get(record.topic)
+                if emptied is not None:
+                    emptied.held = MirroredQueue()
             else:
                 self.topics.pop(record.topic, None)
         self.applied = record.sequence
@@ -109,37 +159,27 @@ class MirrorStore:
 
     def _publish(self, record: Publish) -> None:
         topic = self._topic(record.topic)
-        messages = record.messages
-        places = record.channels or (HELD,)
-        for place in places:
-            target = topic.channels.setdefault(place, {}) if place else topic.held
-            target.update([(message[ID], message) for message in messages])
-        if record.defer_ms:
-            delay = record.defer_ms * 1_000_000
-            topic.due.update(((place, message[ID]), message[TIMESTAMP] + delay)
-                             for place in places for message in messages)
+        batch = [Batch(record.messages, record.defer_ms * 1_000_000)]
+        if not record.channels:
+            topic.held.add(batch)
+        for name in record.channels:
+            topic.channel(name).add(batch)
 
     def outstanding(self) -> Iterator[tuple[str, str | None, QueuedMessage, int]]:
         """(topic, channel or None for the topic's own queue, message, when it is due: nanoseconds since the epoch,
         0 at once) for every message still outstanding."""
         for topic_name, topic in self.topics.items():
-            due = topic.due
-            for message in topic.held.values():
-                yield topic_name, None, message, due.get((HELD, message[ID]), 0) if due else 0
-            for channel_name, messages in topic.channels.items():
-                for message in messages.values():
-                    yield topic_name, channel_name, message, due.get((channel_name, message[ID]), 0) if due else 0
+            for message, due in topic.held.outstanding():
+                yield topic_name, None, message, due
+            for channel_name, queue in topic.channels.items():
+                for message, due in queue.outstanding():
+                    yield topic_name, channel_name, message, due
 
     @property
     def depth(self) -> int:
         """Outstanding messages, counted once per channel (and once held), as nsqd's depths count them."""
-        return sum(len(topic.held) + sum(map(len, topic.channels.values())) for topic in self.topics.values())
-
-
-def _forget_due(topic: MirroredTopic, place: str) -> None:
-    if topic.due:
-        for key in [key for key in topic.due if key[0] == place]:
-            del topic.due[key]
+        return sum(topic.held.depth + sum(queue.depth for queue in topic.channels.values())
+                   for topic in self.topics.values())
 
 
 _NO_TOPIC = MirroredTopic()

@@ -146,12 +146,15 @@ def encode(frame: Frame) -> bytes:
     if isinstance(frame, SnapshotEnd):
         return _frame(_SNAPSHOT_END, _SEQUENCE.pack(frame.sequence))
     if isinstance(frame, Publish):
-        parts = [_SEQUENCE.pack(frame.sequence), _name(frame.topic), _names(frame.channels),
-                 _DEFER.pack(frame.defer_ms), _COUNT.pack(len(frame.messages))]
+        out = bytearray(_HEADER.size)
+        out += _SEQUENCE.pack(frame.sequence) + _name(frame.topic) + _names(frame.channels)
+        out += _DEFER.pack(frame.defer_ms) + _COUNT.pack(len(frame.messages))
         pack = _MESSAGE.pack
         for msg_id, body, timestamp, attempts in frame.messages:
-            parts += (pack(msg_id, timestamp, attempts, len(body)), body)
-        return _frame(_PUBLISH, b"".join(parts))
+            out += pack(msg_id, timestamp, attempts, len(body))
+            out += body
+        _HEADER.pack_into(out, 0, len(out) - 4, _PUBLISH)
+        return bytes(out)
     if isinstance(frame, Finish):
         return _frame(_FINISH, _SEQUENCE.pack(frame.sequence) + _name(frame.topic) + _name(frame.channel)
                       + _COUNT.pack(len(frame.ids)) + b"".join(frame.ids))
