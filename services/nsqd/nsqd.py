@@ -554,13 +554,14 @@ def _snapshot_parts(topic: str, channels: tuple[str, ...], queued: list[QueuedMe
                     delayed: list[tuple[QueuedMessage, int]], size: int = 1000) -> list[Publish]:
     """``queued`` in publishes of ``size`` messages; each of ``delayed`` in one of its own, its delay counted from
     its timestamp, as a mirror counts it."""
-    from .replication.wire import Publish
+    from .replication.wire import Messages, Publish
 
-    parts = [Publish(0, topic, channels, 0, tuple(queued[start:start + size])) for start in range(0, len(queued), size)]
+    parts = [Publish(0, topic, channels, 0, Messages.of(queued[start:start + size]))
+             for start in range(0, len(queued), size)]
     now = time.time_ns()
     for entry, delay_ms in delayed:
         since_published = max(0, now - entry[TIMESTAMP]) // 1_000_000
-        parts.append(Publish(0, topic, channels, since_published + delay_ms, (entry,)))
+        parts.append(Publish(0, topic, channels, since_published + delay_ms, Messages.of([entry])))
     return parts
 
 

@@ -8,7 +8,7 @@ A finish for a message the mirror never had changes nothing. On adoption, ``outs
 puts into its own topics and channels.
 
 Mirroring costs next to nothing per message, since a backlog a mirror holds can be millions deep: a publish is kept
-as the batch of messages its record brought, shared by every channel that took it, and a channel holds its
+as the batch of messages its record brought, as the record encodes them, shared by every channel that took it, and a channel holds its
 batches in order and the IDs finished since. Once the finished IDs are at least ``COMPACT_AT`` and half of what
 the channel holds, the channel is compacted: a batch all finished goes, the others keep what is outstanding, and
 the finished IDs are forgotten. A publish costs the mirror one step per batch, a finish one set insertion, and
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..message import ID, TIMESTAMP, QueuedMessage
-from .wire import Distribute, DropChannel, DropTopic, Finish, Publish, Record, Snapshot, SnapshotEnd
+from .wire import Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Record, Snapshot, SnapshotEnd
 
 COMPACT_AT = 4096
 
@@ -32,7 +32,7 @@ class OutOfOrder(Exception):
 
 @dataclass
 class Batch:
-    messages: tuple[QueuedMessage, ...]
+    messages: Messages
     delay: int  # nanoseconds after its timestamp that each message is due (a deferred publish); 0: at once
 
 
@@ -66,7 +66,7 @@ class MirroredQueue:
             if len(left) == len(batch.messages):
                 kept.append(batch)
             elif left:
-                kept.append(Batch(tuple(left), batch.delay))
+                kept.append(Batch(Messages.of(left), batch.delay))
             count += len(left)
         self.batches, self.count, self.finished = kept, count, set()
 

@@ -28,7 +28,7 @@ from shared.addresses import split_host_port
 
 from ..message import QueuedMessage
 from .in_sync import Fenced
-from .wire import (MAGIC, Ack, Distribute, DropChannel, DropTopic, Finish, FrameReader, Hello, Publish,
+from .wire import (MAGIC, Ack, Distribute, DropChannel, DropTopic, Finish, FrameReader, Hello, Messages, Publish,
                    Record, Refuse, Snapshot, SnapshotEnd, WireError, encode)
 
 log = logging.getLogger("nsqd")
@@ -241,7 +241,7 @@ class Origin:
                   entries: list[QueuedMessage]) -> Awaitable[None]:
         """Done once enough copies hold the publish; ReplicationError if there are too few."""
         sequence = self._next()
-        self._record(Publish(sequence, topic, channels, defer_ms, tuple(entries)))
+        self._record(Publish(sequence, topic, channels, defer_ms, Messages.of(entries)))
         return self._copies(sequence)
 
     def distributed(self, topic: str, channels: tuple[str, ...]) -> None:

@@ -8,14 +8,15 @@ closes.
 
 Frame: size (4 bytes, big-endian, what follows), type (1 byte), body. Names are ASCII and at most 64 bytes (NSQ's
 rule), each with a 1-byte length; a message is its 16-byte ID, its timestamp (8 bytes, nanoseconds), its attempts
-(2 bytes) and its body (4-byte length). Messages travel as nsqd queues them (``QueuedMessage`` tuples), so that
-neither side builds an object per message.
+(2 bytes) and its body (4-byte length). A publish's messages stay in that form (``Messages``) on both sides: the
+origin encodes them once for every mirror, and a mirror holds them so, decoding them only to read them.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Union
 
@@ -52,6 +53,51 @@ class Refuse:
     reason: str
 
 
+class Messages:
+    """``count`` messages, encoded as the link carries them (``QueuedMessage`` tuples when read)."""
+
+    def __init__(self, data: bytes, count: int) -> None:
+        self.data = data
+        self.count = count
+
+    @staticmethod
+    def of(messages: Iterable[QueuedMessage]) -> Messages:
+        out = bytearray()
+        pack, count = _MESSAGE.pack, 0
+        for msg_id, body, timestamp, attempts in messages:
+            out += pack(msg_id, timestamp, attempts, len(body))
+            out += body
+            count += 1
+        return Messages(bytes(out), count)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[QueuedMessage]:
+        data, at, unpack, header = self.data, 0, _MESSAGE.unpack_from, _MESSAGE.size
+        for _ in range(self.count):
+            msg_id, timestamp, attempts, size = unpack(data, at)
+            at += header + size
+            yield msg_id, data[at - size:at], timestamp, attempts
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Messages) and (self.count, self.data) == (other.count, other.data)
+
+    def __repr__(self) -> str:
+        return f"Messages({list(self)!r})"
+
+
+def _check_messages(data: bytes, count: int) -> None:
+    """That ``data`` is ``count`` messages exactly, without decoding them."""
+    at, unpack, header = 0, _MESSAGE.unpack_from, _MESSAGE.size
+    for _ in range(count):
+        if at + header > len(data):
+            raise WireError("frame ends inside a field")
+        at += header + unpack(data, at)[3]
+    if at != len(data):
+        raise WireError("frame ends inside a field" if at > len(data) else f"{len(data) - at} bytes left over in a frame")
+
+
 @dataclass(frozen=True)
 class Publish:
     """Messages published to ``topic``, in ``channels`` (none: held by the topic), deferred ``defer_ms``."""
@@ -60,7 +106,7 @@ class Publish:
     topic: str
     channels: tuple[str, ...]
     defer_ms: int
-    messages: tuple[QueuedMessage, ...]
+    messages: Messages
 
 
 @dataclass(frozen=True)
@@ -148,11 +194,8 @@ def encode(frame: Frame) -> bytes:
     if isinstance(frame, Publish):
         out = bytearray(_HEADER.size)
         out += _SEQUENCE.pack(frame.sequence) + _name(frame.topic) + _names(frame.channels)
-        out += _DEFER.pack(frame.defer_ms) + _COUNT.pack(len(frame.messages))
-        pack = _MESSAGE.pack
-        for msg_id, body, timestamp, attempts in frame.messages:
-            out += pack(msg_id, timestamp, attempts, len(body))
-            out += body
+        out += _DEFER.pack(frame.defer_ms) + _COUNT.pack(frame.messages.count)
+        out += frame.messages.data
         _HEADER.pack_into(out, 0, len(out) - 4, _PUBLISH)
         return bytes(out)
     if isinstance(frame, Finish):
@@ -221,11 +264,10 @@ def _decode(kind: int, body: bytes) -> Frame:
         (sequence,) = reader.unpack(_SEQUENCE)
         topic, channels = reader.name(), reader.names()
         (defer_ms,) = reader.unpack(_DEFER)
-        messages: list[QueuedMessage] = []
-        for _ in range(reader.unpack(_COUNT)[0]):
-            msg_id, timestamp, attempts, size = _MESSAGE.unpack(reader.take(_MESSAGE.size))
-            messages.append((msg_id, reader.take(size), timestamp, attempts))
-        frame = Publish(sequence, topic, channels, defer_ms, tuple(messages))
+        (count,) = reader.unpack(_COUNT)
+        data = reader.take(len(body) - reader.at)
+        _check_messages(data, count)
+        frame = Publish(sequence, topic, channels, defer_ms, Messages(data, count))
     elif kind == _FINISH:
         (sequence,) = reader.unpack(_SEQUENCE)
         topic, channel = reader.name(), reader.name()
