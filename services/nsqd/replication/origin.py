@@ -18,11 +18,10 @@ outstanding as of its newest record, then the records that follow; it counts onc
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from typing import NoReturn
+from typing import cast
 
 from shared.addresses import split_host_port
 
@@ -43,10 +42,11 @@ class ReplicationError(Exception):
 
 class MirrorLink:
     """The link to one mirror: records go out in order, and the mirror's acknowledgements say how far it holds
-    them."""
+    them. The records of one turn of the event loop go out in one write."""
 
     def __init__(self, origin: str, epoch: int, mirror: str, address: str, next_sequence: int,
-                 latest: Callable[[], int], on_in_sync: Callable[[], None] = lambda: None,
+                 latest: Callable[[], int], on_change: Callable[[], None] = lambda: None,
+                 on_in_sync: Callable[[], None] = lambda: None,
                  snapshot: Callable[[], list[bytes]] = lambda: []) -> None:
         self.origin = origin
         self.epoch = epoch
@@ -60,11 +60,11 @@ class MirrorLink:
         self.connected = False
         self._unacked: deque[tuple[int, bytes]] = deque()
         self._unacked_bytes = 0
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._waiter_count = 0
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None  # once the mirror answered the hello
+        self._outbox: list[bytes] = []  # records of this turn, not written yet
         self._task: asyncio.Task[None] | None = None
         self._latest = latest  # the number of the origin's newest record
+        self._on_change = on_change  # told when what the mirror acknowledged, or whether it is in sync, changed
         self._on_in_sync = on_in_sync
         self._snapshot = snapshot  # the origin's outstanding messages as of now, as frames ending the snapshot
 
@@ -75,7 +75,6 @@ class MirrorLink:
         if self._task is not None:
             self._task.cancel()
             await asyncio.wait({self._task})
-        self._fail_waiters()
 
     def send(self, sequence: int, frame: bytes) -> None:
         if not self.complete:
@@ -87,18 +86,15 @@ class MirrorLink:
                       self.mirror, self._unacked_bytes)
             self._lose_records()
             return
-        if self._writer is not None:
-            self._writer.write(frame)
+        if self._transport is not None:
+            if not self._outbox:
+                asyncio.get_running_loop().call_soon(self._flush)
+            self._outbox.append(frame)
 
-    def acknowledged(self, sequence: int) -> asyncio.Future[None]:
-        """Done once the mirror holds every record up to ``sequence``."""
-        waiter = asyncio.get_running_loop().create_future()
-        if self.acked >= sequence:
-            waiter.set_result(None)
-        else:
-            self._waiter_count += 1
-            heapq.heappush(self._waiters, (sequence, self._waiter_count, waiter))
-        return waiter
+    def _flush(self) -> None:
+        outbox, self._outbox = self._outbox, []
+        if self._transport is not None and outbox:
+            self._transport.write(outbox[0] if len(outbox) == 1 else b"".join(outbox))
 
     def fall_out(self) -> None:
         if self.in_sync:
@@ -110,86 +106,109 @@ class MirrorLink:
         self.in_sync = False
         self._unacked.clear()
         self._unacked_bytes = 0
-        self._fail_waiters()
-        if self._writer is not None:
-            self._writer.close()
-
-    def _fail_waiters(self) -> None:
-        for _, _, waiter in self._waiters:
-            if not waiter.done():
-                waiter.cancel()
-        self._waiters.clear()
+        if self._transport is not None:
+            self._transport.close()
+        self._on_change()
 
     def _acked(self, sequence: int, latest: int) -> None:
         self.acked = max(self.acked, sequence)
         while self._unacked and self._unacked[0][0] <= sequence:
             self._unacked_bytes -= len(self._unacked.popleft()[1])
-        while self._waiters and self._waiters[0][0] <= sequence:
-            waiter = heapq.heappop(self._waiters)[2]
-            if not waiter.done():
-                waiter.set_result(None)
         if not self.in_sync and self.complete and self.acked >= latest:
             self.in_sync = True
             log.info("REPLICATION: %s in sync at record %d", self.mirror, self.acked)
             self._on_in_sync()
+        self._on_change()
 
     async def _run(self) -> None:
         while True:
             try:
                 await self._serve()
-            except (OSError, WireError, asyncio.IncompleteReadError) as error:
+            except (OSError, WireError) as error:
                 log.warning("REPLICATION: link to %s (%s): %s", self.mirror, self.address, error)
             finally:
-                self._writer, self.connected = None, False
-                self.fall_out()
+                self._disconnected()
             await asyncio.sleep(RECONNECT)
+
+    def _disconnected(self) -> None:
+        self._transport, self._outbox, self.connected = None, [], False
+        if self.in_sync:
+            self.fall_out()
+            self._on_change()
 
     async def _serve(self) -> None:
         host, port = split_host_port(self.address)
-        reader, writer = await asyncio.open_connection(host, port)
+        first = self._unacked[0][0] if self._unacked else self.acked + 1
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+        transport, _ = await loop.create_connection(lambda: _LinkProtocol(self, first, ended), host, port)
         try:
-            first = self._unacked[0][0] if self._unacked else self.acked + 1
-            writer.write(MAGIC + encode(Hello(self.origin, self.epoch, first)))
-            frames = FrameReader()
-            hello_answered = False
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    raise OSError("closed by the mirror")
-                for frame in frames.feed(data):
-                    if isinstance(frame, Refuse):
-                        raise WireError(f"refused: {frame.reason}")
-                    if not isinstance(frame, Ack):
-                        raise WireError(f"unexpected {type(frame).__name__}")
-                    if not hello_answered:
-                        hello_answered = True
-                        if self._resume(frame.sequence, first, writer):
-                            continue  # the mirror's next acknowledgement is the snapshot's
-                    self._acked(frame.sequence, self._latest())
+            await ended
         finally:
-            writer.close()
+            transport.close()
 
-    def _resume(self, applied: int, first: int, writer: asyncio.StreamWriter) -> bool:
+    def _resume(self, applied: int, first: int, transport: asyncio.Transport) -> None:
         """The mirror holds every record up to ``applied``: what it lacks is sent again, or, where it lacks records
-        no longer buffered (or was never sent a snapshot), a snapshot; whether it was."""
+        no longer buffered (or was never sent a snapshot), a snapshot."""
         if applied < first - 1:
             log.warning("REPLICATION: %s holds records up to %d only, %d and on are gone here: sending it a "
                         "snapshot", self.mirror, applied, applied + 1)
             self._lose_records()
         self.connected = True
-        self._writer = writer
+        self._transport = transport
         if not self.complete:
             frames = self._snapshot()
-            writer.write(b"".join(frames))
+            transport.write(b"".join(frames))
             self.complete = True  # what follows is buffered and sent after the snapshot
             log.info("REPLICATION: linked to %s (%s), sent a snapshot (%d frames)", self.mirror, self.address,
                      len(frames))
-            return True
-        for sequence, frame in self._unacked:
-            if sequence > applied:
-                writer.write(frame)
+            return
+        transport.write(b"".join(frame for sequence, frame in self._unacked if sequence > applied))
         log.info("REPLICATION: linked to %s (%s) from record %d", self.mirror, self.address, applied + 1)
-        return False
+
+
+class _LinkProtocol(asyncio.Protocol):
+    """The link's connection: the hello out, the mirror's acknowledgements in; ``ended`` fails with what ended it."""
+
+    def __init__(self, link: MirrorLink, first: int, ended: asyncio.Future[None]) -> None:
+        self._link = link
+        self._first = first
+        self._ended = ended
+        self._frames = FrameReader()
+        self._answered = False
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        link = self._link
+        self._transport.write(MAGIC + encode(Hello(link.origin, link.epoch, self._first)))
+
+    def data_received(self, data: bytes) -> None:
+        link = self._link
+        try:
+            for frame in self._frames.feed(data):
+                if isinstance(frame, Refuse):
+                    raise WireError(f"refused: {frame.reason}")
+                if not isinstance(frame, Ack):
+                    raise WireError(f"unexpected {type(frame).__name__}")
+                if self._answered:
+                    link._acked(frame.sequence, link._latest())
+                else:  # the hello's answer: where the mirror got to
+                    self._answered = True
+                    assert self._transport is not None
+                    link._resume(frame.sequence, self._first, self._transport)
+        except WireError as error:
+            self._end(error)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(exc or OSError("closed by the mirror"))
+
+    def _end(self, error: Exception) -> None:
+        if not self._ended.done():
+            self._ended.set_exception(error)
+            self._link._disconnected()  # at once: publishes waiting for this mirror go on without it
+        if self._transport is not None:
+            self._transport.close()
 
 
 class Origin:
@@ -209,6 +228,9 @@ class Origin:
         self.outstanding: Callable[[], list[Publish]] = lambda: []
         self.fenced = False  # another nsqd wrote the record: nothing more is acknowledged under this epoch
         self._recordings: set[asyncio.Task[None]] = set()
+        # publishes waiting for their copies, oldest first: (sequence, answer, deadline on the loop's clock)
+        self._waiting: deque[tuple[int, asyncio.Future[None], float]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
 
     def set_mirrors(self, mirrors: dict[str, str]) -> Iterable[Awaitable[None]]:
         """Links to ``mirrors`` (node: replication address) from now on; the links no longer wanted are closed
@@ -217,9 +239,11 @@ class Origin:
         for node, address in mirrors.items():
             if node not in self.links:
                 link = MirrorLink(self.node, self.epoch, node, address, self.sequence + 1, lambda: self.sequence,
-                                  self._mirror_in_sync, self._snapshot)
+                                  self._links_changed, self._mirror_in_sync, self._snapshot)
                 self.links[node] = link
                 link.start()
+        if stopping:
+            self._release()
         return stopping
 
     def _snapshot(self) -> list[bytes]:
@@ -256,33 +280,82 @@ class Origin:
     def topic_dropped(self, topic: str, held_only: bool) -> None:
         self._record(DropTopic(self._next(), topic, held_only))
 
-    async def _copies(self, sequence: int) -> None:
+    def _copies(self, sequence: int) -> asyncio.Future[None]:
+        answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.fenced:
-            self._refuse(f"epoch {self.epoch} is over: another nsqd took this one's place")
-        in_sync = [link for link in self.links.values() if link.in_sync]
-        if len(in_sync) + 1 < self.min_in_sync:
-            self._refuse(f"{len(in_sync) + 1} of {self.min_in_sync} in-sync replicas")
-        acknowledged: set[str] = set()
-        if in_sync:
-            waits = {link.acknowledged(sequence): link for link in in_sync}
-            done, late = await asyncio.wait(waits, timeout=self.timeout)
-            for waiter in late:
-                waiter.cancel()
-                waits[waiter].fall_out()
-            acknowledged = {waits[waiter].mirror for waiter in done if not waiter.cancelled()}  # cancelled: closed
-            if len(acknowledged) + 1 < self.min_in_sync:
-                self._refuse(f"{len(acknowledged) + 1} of {self.min_in_sync} replicas acknowledged within "
-                             f"{self.timeout:g}s")
+            self._fail(answer, f"epoch {self.epoch} is over: another nsqd took this one's place")
+            return answer
+        in_sync = sum(link.in_sync for link in self.links.values())
+        if in_sync + 1 < self.min_in_sync:
+            self._fail(answer, f"{in_sync + 1} of {self.min_in_sync} in-sync replicas")
+        elif in_sync:
+            loop = asyncio.get_running_loop()
+            self._waiting.append((sequence, answer, loop.time() + self.timeout))
+            if self._timer is None:
+                self._timer = loop.call_at(self._waiting[0][2], self._time_out)
+        else:
+            self._settle(sequence, answer, timed_out=False)
+        return answer
+
+    def _links_changed(self) -> None:
+        """A mirror acknowledged more, or came into or fell out of sync: publishes may have their copies now."""
+        if self._waiting:
+            self._release()
+
+    def _release(self) -> None:
+        """Answers the publishes that every mirror in sync now holds (all of them, when none is in sync)."""
+        waiting = self._waiting
+        held = min((link.acked for link in self.links.values() if link.in_sync), default=self.sequence)
+        while waiting and waiting[0][0] <= held:
+            sequence, answer, _ = waiting.popleft()
+            self._settle(sequence, answer, timed_out=False)
+
+    def _time_out(self) -> None:
+        """The oldest publishes waited ``timeout``: the mirrors in sync that do not hold them yet fall out."""
+        self._timer = None
+        waiting, loop = self._waiting, asyncio.get_running_loop()
+        while waiting and waiting[0][2] <= loop.time():
+            sequence, answer, _ = waiting.popleft()
+            for link in self.links.values():
+                if link.in_sync and link.acked < sequence:
+                    link.fall_out()
+            self._settle(sequence, answer, timed_out=True)
+        self._release()
+        if waiting:
+            self._timer = loop.call_at(waiting[0][2], self._time_out)
+
+    def _settle(self, sequence: int, answer: asyncio.Future[None], timed_out: bool) -> None:
+        """Answers a publish whose mirrors in sync all hold it (or are gone from the set)."""
+        if answer.done():  # the client went away
+            return
+        copies = 1 + sum(link.in_sync and link.acked >= sequence for link in self.links.values())
+        if copies < self.min_in_sync:
+            within = f" within {self.timeout:g}s" if timed_out else ""
+            return self._fail(answer, f"{copies} of {self.min_in_sync} replicas acknowledged{within}")
         if self.record_in_sync is not None and not self._recorded_copies(sequence):
             # the set etcd holds (the mirrors that may take over) lacks it, or is too small: recorded anew first
-            try:
-                await self._record_in_sync()
-            except Exception as error:
-                self._refuse(f"the in-sync set could not be recorded: {error}")
-            if not self._recorded_copies(sequence):
-                self._refuse(f"{len(self.recorded) + 1} of {self.min_in_sync} recorded in-sync replicas")
-        if not self.lease_holds():
-            self._refuse("this nsqd's lease in etcd may have ended")
+            task = asyncio.ensure_future(self._record_then_settle(sequence, answer))
+            self._recordings.add(task)
+            task.add_done_callback(self._recordings.discard)
+            return
+        self._answer(answer)
+
+    async def _record_then_settle(self, sequence: int, answer: asyncio.Future[None]) -> None:
+        try:
+            await self._record_in_sync()
+        except Exception as error:
+            return self._fail(answer, f"the in-sync set could not be recorded: {error}")
+        if not self._recorded_copies(sequence):
+            return self._fail(answer, f"{len(self.recorded) + 1} of {self.min_in_sync} recorded in-sync replicas")
+        self._answer(answer)
+
+    def _answer(self, answer: asyncio.Future[None]) -> None:
+        if self.fenced:
+            self._fail(answer, f"epoch {self.epoch} is over: another nsqd took this one's place")
+        elif not self.lease_holds():
+            self._fail(answer, "this nsqd's lease in etcd may have ended")
+        elif not answer.done():
+            answer.set_result(None)
 
     def _recorded_copies(self, sequence: int) -> bool:
         """Whether every mirror recorded in sync holds record ``sequence``, and they are enough copies."""
@@ -290,9 +363,10 @@ class Origin:
         return len(self.recorded) + 1 >= self.min_in_sync and all(
             mirror in links and links[mirror].acked >= sequence for mirror in self.recorded)
 
-    def _refuse(self, reason: str) -> NoReturn:
+    def _fail(self, answer: asyncio.Future[None], reason: str) -> None:
         self.refused += 1
-        raise ReplicationError(reason)
+        if not answer.done():
+            answer.set_exception(ReplicationError(reason))
 
     async def _record_in_sync(self) -> None:
         """Records the links in sync now (if the record is not that already)."""
