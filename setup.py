@@ -48,6 +48,8 @@ COMPILED = [
     "services/nsqd/storage.py",
     "services/nsqd/replication/wire.py",
     "services/nsqd/replication/mirror_store.py",
+    "services/nsqd/replication/mirror_server.py",
+    "services/nsqd/replication/origin.py",
     "shared/http_conventions.py",
     "shared/http_router.py",
     "shared/http_server.py",
