@@ -11,6 +11,10 @@ separate processes with 200-byte messages, the loads NSQ's own bench_writer, ben
   (c) one consumer with RDY 2500 that FINs every message the phases above left behind.
 Prints msg/s and nsqd's CPU seconds per million messages for each, nsqd's idle RSS, and first the ceiling of the
 load generators themselves against stand-in servers that do no work.
+
+Then, where etcd is installed (Debian's etcd-server; ``--no-replication`` skips it), (b), (a) and (c) against the
+first of three nsqd at ``--replication-factor=3`` (a one-member etcd beside them, every nsqd at its defaults
+otherwise), the CPU summed over all three, and each figure's ratio to the unreplicated nsqd's of this sitting.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from typing import Any, Callable
 
 from bench import http_load, load, sinks
 from bench.machine import machine_line
-from harness.processes import ROOT, NSQDProcess, start_nsqd
+from harness.etcd import ETCD, start_etcd
+from harness.processes import ROOT, NSQDProcess, start_nsqd, wait_for
 
 TOPIC = "bench"
 SIZE = 200
@@ -68,13 +73,15 @@ def http_publish(pool: ProcessPoolExecutor, address: tuple[str, int], path: str,
     return result.requests, result.seconds, (result.p50, result.p99)
 
 
-def measure(name: str, pid: int | None, run: Callable[[], Outcome]) -> dict[str, Any]:
-    cpu_before = cpu_seconds(pid) if pid else 0.0
+def measure(name: str, pid: int | list[int] | None, run: Callable[[], Outcome]) -> dict[str, Any]:
+    """One phase; ``pid``: the nsqd whose CPU is counted (several: summed)."""
+    pids = [] if pid is None else pid if isinstance(pid, list) else [pid]
+    cpu_before = sum(map(cpu_seconds, pids))
     messages, seconds, round_trip = run()
-    cpu = cpu_seconds(pid) - cpu_before if pid else 0.0
+    cpu = sum(map(cpu_seconds, pids)) - cpu_before
     row = {"name": name, "messages": messages, "rate": messages / seconds if seconds else 0.0,
-           "cpu_per_million": cpu / messages * 1e6 if messages and pid else None}
-    cpu_text = f"{row['cpu_per_million']:6.2f} nsqd CPU s / M msgs" if pid else ""
+           "cpu_per_million": cpu / messages * 1e6 if messages and pids else None}
+    cpu_text = f"{row['cpu_per_million']:6.2f} nsqd CPU s / M msgs" if pids else ""
     print(f"{name:<46} {row['rate']:>12,.0f} msg/s  ({messages:,} msgs)  {cpu_text}", flush=True)
     if round_trip is not None:
         print(f"{'':<46} round trip p50 {round_trip[0] * 1e6:,.0f} us, p99 {round_trip[1] * 1e6:,.0f} us", flush=True)
@@ -97,6 +104,8 @@ def main() -> None:
                         help="then the same phases against another nsqd binary (NSQ's own), for the ratio")
     parser.add_argument("--without-channel", action="store_true",
                         help="then the phases again with no channel while publishing (the topic keeps the backlog)")
+    parser.add_argument("--no-replication", action="store_true",
+                        help="skip the phases against three nsqd at replication factor 3")
     parser.add_argument("--disk", action="store_true",
                         help="also run (a) and (c) with --mem-queue-size=0 and a channel: every message through "
                              "the disk queue of the channel")
@@ -121,6 +130,8 @@ def main() -> None:
                 print(f"-- this nsqd against {args.compare_with}")
                 for mine, other in zip(ours, theirs):
                     print(f"{mine['name']:<46} {mine['rate'] / other['rate'] if other['rate'] else 0:>12.2f}x")
+        if not args.no_replication:
+            run_replicated(pool, args.duration, ours)
         if args.disk:
             with tempfile.TemporaryDirectory() as data_path:
                 run_disk_phases(pool, Path(data_path), args.duration, args.nsqd_args.split())
@@ -149,6 +160,50 @@ def run_nsqd(pool: ProcessPoolExecutor, flags: list[str], duration: float, progr
             return rows
         finally:
             nsqd.stop()
+
+
+def run_replicated(pool: ProcessPoolExecutor, duration: float, unreplicated: list[dict[str, Any]]) -> None:
+    """(b), (a) and (c) against the first of three nsqd at replication factor 3, the CPU of all three counted."""
+    if not Path(ETCD).exists():
+        print("-- replication: etcd is not installed (Debian's etcd-server), not measured")
+        return
+    etcd = start_etcd()
+    nodes: list[NSQDProcess] = []
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            for index in range(3):
+                (Path(scratch) / str(index)).mkdir()
+                nodes.append(start_nsqd(f"--etcd-address={etcd.addresses[0]}", "--replication-address=127.0.0.1:0",
+                                        "--replication-factor=3", data_path=Path(scratch) / str(index)))
+            for nsqd in nodes:
+                wait_for(lambda: len(_replication(nsqd).get("in_sync_recorded", [])) == 2, 30,
+                         "every nsqd mirrored on both others")
+            origin, pids = nodes[0], [nsqd.process.pid for nsqd in nodes]
+            origin.http("POST", f"/topic/create?topic={TOPIC}")
+            origin.http("POST", f"/channel/create?topic={TOPIC}&channel=ch")
+            print("-- three nsqd at --replication-factor=3, publishing to the first, the topic's channel in place "
+                  "(CPU: all three)")
+            rows = [measure("(b) PUB, replicated", pids, lambda: parallel_publish(pool, origin.tcp_address, 1, 2,
+                                                                                  duration)),
+                    measure("(a) MPUB x200, replicated", pids,
+                            lambda: parallel_publish(pool, origin.tcp_address, 200, 2, duration))]
+            backlog = _backlog(origin)
+            rows.append(measure("(c) consume backlog, FIN each, replicated", pids, lambda: (*pool.submit(
+                load.consume, origin.tcp_address, TOPIC, "ch", 2500, backlog, 600).result(), None)))
+    finally:
+        for nsqd in nodes:
+            nsqd.stop()
+        etcd.stop()
+    print("-- replicated against the unreplicated nsqd above: rate, CPU per message")
+    plain = {row["name"].split(",")[0]: row for row in unreplicated}
+    for row in rows:
+        other = plain[row["name"].split(",")[0]]
+        print(f"{row['name']:<46} {row['rate'] / other['rate']:>12.2f}x  "
+              f"{row['cpu_per_million'] / other['cpu_per_million']:6.2f}x")
+
+
+def _replication(nsqd: NSQDProcess) -> dict[str, Any]:
+    return dict(json.loads(nsqd.http("GET", "/stats?format=json&topic=-")[2]).get("replication") or {})
 
 
 def warm_up(pool: ProcessPoolExecutor) -> None:
