@@ -32,6 +32,7 @@ from shared.protocol.names import is_ephemeral
 from .deadline_queue import DeadlineQueue
 from .latency_window import LatencyWindow
 from .message import ATTEMPTS, BODY, ID, TIMESTAMP, InFlightMessage, QueuedMessage, decode
+from .replication.wire import dead_letters_of
 
 if TYPE_CHECKING:
     from .options import Options
@@ -193,6 +194,8 @@ class Channel:
     def _deliver(self, consumer: Consumer, entry: QueuedMessage, now: float) -> None:
         if consumer.sample_rate and _percentile() > consumer.sample_rate:
             self.queue.release(entry[ID])
+            if self.origin is not None:
+                self.origin.finished(self.topic_name, self.name, [entry[ID]])
             return  # NSQ's sampling: the message is gone for the whole channel
         if (self.ttl_ns or self.max_attempts) and not self._deliverable([entry]):
             return
@@ -220,12 +223,16 @@ class Channel:
                     self._park(entry)
                 elif expired:
                     self.queue.release(entry[ID])
+                    if self.origin is not None:
+                        self.origin.finished(self.topic_name, self.name, [entry[ID]])
         return kept
 
     def _park(self, entry: QueuedMessage) -> None:
         self.dead_letter_count += 1
         self.dead_letters.put([entry])
         self.queue.release(entry[ID])  # safe in the dead-letter queue now
+        if self.origin is not None:
+            self.origin.parked(self.topic_name, self.name, [entry])
 
     def set_max_attempts(self, attempts: int | None) -> None:
         """The channel's own attempts limit (0: none), or None for ``--max-attempts``."""
@@ -237,11 +244,20 @@ class Channel:
         many it moved."""
         dead, moved = self.dead_letters, 0
         while moved < count and (dead.memory or dead.fill_memory(min(1024, count - moved))):
+            replayed: list[QueuedMessage] = []
             while moved < count and dead.memory:
                 msg_id, body, timestamp, _ = dead.memory.popleft()
-                self.put((msg_id, body, timestamp, 0))
+                replayed.append((msg_id, body, timestamp, 0))
                 moved += 1
+            if self.origin is not None:
+                self.origin.replayed(self.topic_name, self.name, replayed)
+            self._put_all(replayed)
         return moved
+
+    def empty_dead_letters(self) -> None:
+        self.dead_letters.empty()
+        if self.origin is not None:
+            self.origin.channel_dropped(self.topic_name, dead_letters_of(self.name))
 
     def room_in_clients(self) -> int:
         """How many messages the consumers with room would take right now."""
@@ -360,6 +376,9 @@ class Channel:
         self.in_flight.pop(msg_id)
         consumer.requeued()
         self.requeue_count += 1
+        if self.origin is not None:
+            self.origin.requeued(self.topic_name, self.name, msg.entry(),
+                                 time.time_ns() + int(delay * 1e9) if delay > 0 else 0)
         if delay > 0:
             self.queue.defer(msg.entry(), time.monotonic() + delay)
         else:

@@ -304,7 +304,7 @@ class _API:
         """Beyond NSQ, ``queue=dead`` empties the channel's dead-letter queue instead."""
         topic, name = self._existing_channel(request)
         if _dead_letters_asked(request):
-            topic.channels[name].dead_letters.empty()
+            topic.channels[name].empty_dead_letters()
         else:
             topic.channels[name].empty()
         return _EMPTY

@@ -395,6 +395,8 @@ class NSQD:
     def _outstanding(self) -> list[Publish]:
         """Every message this nsqd has outstanding (held by a topic, queued, in flight or deferred in a channel), as
         publishes, for a mirror's snapshot. Disk queues are read here, on the event loop."""
+        from .replication.wire import dead_letters_of
+
         parts: list[Publish] = []
         for topic in self.topics.values():
             if topic.ephemeral:
@@ -407,6 +409,8 @@ class NSQD:
                 queue = channel.queue
                 queued = queue.peek_job(len(queue))() + [message.entry() for message in channel.in_flight.values()]
                 parts += _snapshot_parts(topic.name, (channel.name,), queued, queue.deferred.delayed())
+                dead = channel.dead_letters
+                parts += _snapshot_parts(topic.name, (dead_letters_of(channel.name),), dead.peek_job(len(dead))(), [])
         return parts
 
     def _start_clean(self, adopted_by: str, epoch: int) -> None:

@@ -26,6 +26,7 @@ from .channel import Channel
 from .guid import GuidFactory
 from .message import QueuedMessage
 from .queue_cap import QueueFull
+from .replication.wire import DEAD_LETTERS
 
 T = TypeVar("T")
 
@@ -120,11 +121,14 @@ class Topic:
 
     def take_adopted(self, channel_name: str | None, entries: list[QueuedMessage],
                      defer_ms: int) -> Awaitable[None] | None:
-        """Messages another nsqd had outstanding, taken over from a copy: into ``channel_name`` (made if need be),
-        or, for messages its topic held, as a publish is; recorded for this nsqd's own mirrors as a publish is.
+        """Messages another nsqd had outstanding, taken over from a copy: into ``channel_name`` (made if need be; its
+        dead letters where the link named them so), or, for messages its topic held, as a publish is; recorded for this nsqd's own mirrors as a publish is.
         TopicError if the topic refuses them."""
         if channel_name is None:
             return self._take(entries, defer_ms, sum(len(entry[1]) for entry in entries))
+        if channel_name.endswith(DEAD_LETTERS):
+            self.get_channel(channel_name[:-len(DEAD_LETTERS)]).dead_letters.put(entries)
+            return None if self.origin is None else self.origin.published(self.name, (channel_name,), 0, entries)
         channel = self.get_channel(channel_name)
         if defer_ms:
             now = time.monotonic()

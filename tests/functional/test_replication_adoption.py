@@ -6,6 +6,7 @@ take over."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import signal
 import time
@@ -187,3 +188,42 @@ def test_killed_and_started_again_at_once_what_it_held_in_memory_is_taken_over(
         again.publish("orders", b"after the restart")  # answered OK: both mirrors hold it
     finally:
         again.stop()
+
+
+async def give_back_and_park(nsqd: NSQDProcess) -> dict[str, bytes]:
+    """Of three messages: one given back for ten minutes (REQ), one given back until the channel's limit of 2
+    attempts parks it in the dead letters, one finished; their bodies by fate."""
+    consumer = await WireClient.connect(nsqd.tcp_address)
+    await consumer.subscribe("orders", "archive", rdy=3)
+    deferred, parked, finished = await consumer.read_messages(3)
+    await consumer.command(b"REQ", deferred.id, b"600000")
+    await consumer.command(b"FIN", finished.id)
+    await consumer.command(b"REQ", parked.id, b"0")
+    again = await consumer.read_message()  # its second attempt; given back once more, it is parked
+    assert again.body == parked.body
+    await consumer.command(b"REQ", again.id, b"0")
+    await consumer.close()
+    return {"deferred": deferred.body, "parked": parked.body, "finished": finished.body}
+
+
+def test_what_consumers_did_reaches_the_mirrors_and_survives_with_the_messages(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    a, b, c = start_cluster(etcd, nsqd_factory)
+    assert a.http("POST", "/topic/create?topic=orders")[0] == 200
+    assert a.http("POST", "/channel/create?topic=orders&channel=archive")[0] == 200
+    assert a.http("POST", "/channel/dead_letter?topic=orders&channel=archive&attempts=2")[0] == 200
+    a.multi_publish("orders", [b"first", b"second", b"third"])
+    fates = asyncio.run(give_back_and_park(a))
+    wait_for(lambda: a.channel_stats("orders", "archive").get("dead_letter_depth") == 1, 5, "one parked on a")
+    wait_for(lambda: mirrored(b, a) == 2 and mirrored(c, a) == 2, 5, "the mirrors: one deferred, one parked")
+    a.process.send_signal(signal.SIGKILL)
+    wait_for(lambda: any(node.channel_stats("orders", "archive").get("deferred_count") == 1 for node in (b, c)), 20,
+             "a's messages on a survivor")
+    adopter = b if b.channel_stats("orders", "archive").get("deferred_count") == 1 else c
+    stats = adopter.channel_stats("orders", "archive")
+    # the message given back waits its ten minutes there, the parked one is a dead letter, the finished one is gone
+    assert (stats["depth"], stats["deferred_count"], stats["dead_letter_depth"]) == (0, 1, 1), stats
+    status, _, peeked = adopter.http("GET", "/channel/peek?topic=orders&channel=archive&queue=dead&n=5")
+    assert status == 200
+    assert [(base64.b64decode(message["body"]), message["attempts"]) for message in json.loads(peeked)["messages"]] \
+        == [(fates["parked"], 2)]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from services.nsqd.replication.mirror_store import COMPACT_AT, MirrorStore, OutOfOrder
-from services.nsqd.replication.wire import Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Snapshot, SnapshotEnd
+from services.nsqd.replication.wire import (Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Requeue,
+                                            Snapshot, SnapshotEnd)
 
 
 def ids(count: int, start: int = 0) -> list[bytes]:
@@ -92,6 +93,18 @@ def test_a_channel_that_finished_most_of_what_it_held_is_compacted_to_what_is_ou
     assert (len(c1.finished), len(c1.batches), c1.count) == (0, 2, 100)
     assert outstanding(store) == {("t", "c1", msg_id) for msg_id in published[COMPACT_AT - 1:-1]} | {
         ("t", "c2", msg_id) for msg_id in published}
+
+
+def test_a_message_given_back_keeps_its_attempts_and_when_it_is_due_until_finished() -> None:
+    store = MirrorStore("a:4150", 1)
+    given_back, other = ids(2)
+    store.apply(publish(1, "t", ("c1", "c2"), [given_back, other]))
+    store.apply(Requeue(2, "t", "c1", given_back, 3, 5_000))
+    store.apply(Requeue(3, "t", "gone", given_back, 1, 0))  # no such channel: nothing changes
+    assert sorted((channel, message[0], message[3], due) for _, channel, message, due in store.outstanding()) == [
+        ("c1", given_back, 3, 5_000), ("c1", other, 0, 0), ("c2", given_back, 0, 0), ("c2", other, 0, 0)]
+    store.apply(Finish(4, "t", "c1", (given_back,)))
+    assert store.topics["t"].channels["c1"].requeued == {}
 
 
 def test_records_must_come_in_order() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from services.nsqd.replication.wire import (Ack, Distribute, DropChannel, DropTopic, Finish, Frame, FrameReader, Hello,
-                                            Messages, Publish, Refuse, Snapshot, SnapshotEnd, WireError,
+                                            Messages, Publish, Refuse, Requeue, Snapshot, SnapshotEnd, WireError,
                                             encode)
 
 TWO = Messages.of([(b"0123456789abcdef", b"{}", 1_700_000_000_000_000_000, 0), (b"fedcba9876543210", b"a", 1, 3)])
@@ -15,6 +15,7 @@ FRAMES: list[Frame] = [
     Publish(1, "orders", ("archive", "billing"), 0, TWO),
     Publish(2, "orders", (), 1500, Messages.of([(b"0123456789abcdeg", b"x" * 70_000, 2, 0)])),
     Distribute(3, "orders", ("archive",)),
+    Requeue(3, "orders", "archive", b"0123456789abcdef", 4, 1_700_000_000_000_000_000),
     Finish(4, "orders", "archive", (b"0123456789abcdef", b"fedcba9876543210")),
     DropChannel(5, "orders", "billing#ephemeral"),
     DropTopic(6, "orders", True),

@@ -4,8 +4,9 @@ topic while it has no channel), built by applying the origin's records in order.
 It follows what the origin says, never what it would infer: a publish names the channels that took it, and a
 topic handing its backlog to channels says which. A message is outstanding in a channel until the origin says
 that channel is done with it (FIN, or dropped); one message's body is held once, whatever the number of channels.
-A finish for a message the mirror never had changes nothing. On adoption, ``outstanding()`` is what a survivor
-puts into its own topics and channels.
+A finish for a message the mirror never had changes nothing. A message given back (REQ) keeps its attempts and
+when it is due again; a channel's dead letters are a channel of their own on the link (``dead_letters_of``). On
+adoption, ``outstanding()`` is what a survivor puts into its own topics and channels.
 
 Mirroring costs next to nothing per message, since a backlog a mirror holds can be millions deep: a publish is kept
 as the batch of messages its record brought, as the record encodes them, shared by every channel that took it, and a channel holds its
@@ -20,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..message import ID, TIMESTAMP, QueuedMessage
-from .wire import Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Record, Snapshot, SnapshotEnd
+from ..message import BODY, ID, TIMESTAMP, QueuedMessage
+from .wire import (Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Record, Requeue, Snapshot,
+                   SnapshotEnd)
 
 COMPACT_AT = 4096
 
@@ -43,6 +45,7 @@ class MirroredQueue:
         self.batches: list[Batch] = []
         self.count = 0  # messages in the batches, finished or not
         self.finished: set[bytes] = set()
+        self.requeued: dict[bytes, tuple[int, int]] = {}  # id: (attempts, due) of a message given back
 
     @property
     def depth(self) -> int:
@@ -56,6 +59,9 @@ class MirroredQueue:
     def finish(self, ids: tuple[bytes, ...]) -> None:
         finished = self.finished
         finished.update(ids)
+        if self.requeued:
+            for msg_id in ids:
+                self.requeued.pop(msg_id, None)
         if len(finished) >= COMPACT_AT and 2 * len(finished) >= self.count:
             self.compact()
 
@@ -72,10 +78,16 @@ class MirroredQueue:
 
     def outstanding(self) -> Iterator[tuple[QueuedMessage, int]]:
         """(message, when it is due: nanoseconds since the epoch, 0 at once) for each outstanding message."""
-        finished = self.finished
+        finished, requeued = self.finished, self.requeued
         for batch in self.batches:
             for message in batch.messages:
-                if message[ID] not in finished:
+                msg_id = message[ID]
+                if msg_id in finished:
+                    continue
+                if msg_id in requeued:
+                    attempts, due = requeued[msg_id]
+                    yield (msg_id, message[BODY], message[TIMESTAMP], attempts), due
+                else:
                     yield message, message[TIMESTAMP] + batch.delay if batch.delay else 0
 
 
@@ -112,6 +124,10 @@ class MirrorStore:
             queue = self.topics.get(record.topic, _NO_TOPIC).channels.get(record.channel)
             if queue is not None:
                 queue.finish(record.ids)
+        elif isinstance(record, Requeue):
+            queue = self.topics.get(record.topic, _NO_TOPIC).channels.get(record.channel)
+            if queue is not None:
+                queue.requeued[record.id] = (record.attempts, record.due)
         elif isinstance(record, Distribute):
             topic = self._topic(record.topic)
             held = topic.held

@@ -25,10 +25,10 @@ from typing import cast
 
 from shared.addresses import split_host_port
 
-from ..message import QueuedMessage
+from ..message import ATTEMPTS, ID, QueuedMessage
 from .in_sync import Fenced
 from .wire import (MAGIC, Ack, Distribute, DropChannel, DropTopic, Finish, FrameReader, Hello, Messages, Publish,
-                   Record, Refuse, Snapshot, SnapshotEnd, WireError, encode)
+                   Record, Refuse, Requeue, Snapshot, SnapshotEnd, WireError, dead_letters_of, encode)
 
 log = logging.getLogger("nsqd")
 
@@ -273,6 +273,19 @@ class Origin:
 
     def finished(self, topic: str, channel: str, ids: list[bytes]) -> None:
         self._record(Finish(self._next(), topic, channel, tuple(ids)))
+
+    def requeued(self, topic: str, channel: str, entry: QueuedMessage, due: int) -> None:
+        self._record(Requeue(self._next(), topic, channel, entry[ID], entry[ATTEMPTS], due))
+
+    def parked(self, topic: str, channel: str, entries: list[QueuedMessage]) -> None:
+        """Moved from the channel to its dead letters."""
+        self._record(Publish(self._next(), topic, (dead_letters_of(channel),), 0, Messages.of(entries)))
+        self.finished(topic, channel, [entry[ID] for entry in entries])
+
+    def replayed(self, topic: str, channel: str, entries: list[QueuedMessage]) -> None:
+        """Moved from the channel's dead letters back to it."""
+        self.finished(topic, dead_letters_of(channel), [entry[ID] for entry in entries])
+        self._record(Publish(self._next(), topic, (channel,), 0, Messages.of(entries)))
 
     def channel_dropped(self, topic: str, channel: str) -> None:
         self._record(DropChannel(self._next(), topic, channel))

@@ -129,6 +129,19 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    """``channel`` has a message again (REQ): its attempts so far, and when it is due (nanoseconds since the epoch;
+    0: at once)."""
+
+    sequence: int
+    topic: str
+    channel: str
+    id: bytes
+    attempts: int
+    due: int
+
+
+@dataclass(frozen=True)
 class DropChannel:
     """The channel was emptied or deleted."""
 
@@ -163,11 +176,19 @@ class SnapshotEnd:
     sequence: int
 
 
-Record = Union[Publish, Distribute, Finish, DropChannel, DropTopic]
+Record = Union[Publish, Distribute, Finish, Requeue, DropChannel, DropTopic]
 Frame = Union[Hello, Ack, Refuse, Record, Snapshot, SnapshotEnd]
 
-_HELLO, _ACK, _REFUSE, _PUBLISH, _DISTRIBUTE, _FINISH, _DROP_CHANNEL, _DROP_TOPIC, _SNAPSHOT, _SNAPSHOT_END = \
-    range(1, 11)
+_HELLO, _ACK, _REFUSE, _PUBLISH, _DISTRIBUTE, _FINISH, _DROP_CHANNEL, _DROP_TOPIC, _SNAPSHOT, _SNAPSHOT_END, \
+    _REQUEUE = range(1, 12)
+_REQUEUED = struct.Struct(">16sHq")
+
+# where a channel's dead letters are, as the link names them: a name no channel can have
+DEAD_LETTERS = ":dead"
+
+
+def dead_letters_of(channel: str) -> str:
+    return channel + DEAD_LETTERS
 
 
 # -- encoding -------------------------------------------------------------------------------------------------
@@ -203,6 +224,9 @@ def encode(frame: Frame) -> bytes:
                       + _COUNT.pack(len(frame.ids)) + b"".join(frame.ids))
     if isinstance(frame, Ack):
         return _frame(_ACK, _SEQUENCE.pack(frame.sequence))
+    if isinstance(frame, Requeue):
+        return _frame(_REQUEUE, _SEQUENCE.pack(frame.sequence) + _name(frame.topic) + _name(frame.channel)
+                      + _REQUEUED.pack(frame.id, frame.attempts, frame.due))
     if isinstance(frame, Distribute):
         return _frame(_DISTRIBUTE, _SEQUENCE.pack(frame.sequence) + _name(frame.topic) + _names(frame.channels))
     if isinstance(frame, DropChannel):
@@ -274,6 +298,11 @@ def _decode(kind: int, body: bytes) -> Frame:
         frame = Finish(sequence, topic, channel, tuple(reader.take(16) for _ in range(reader.unpack(_COUNT)[0])))
     elif kind == _ACK:
         frame = Ack(reader.unpack(_SEQUENCE)[0])
+    elif kind == _REQUEUE:
+        (sequence,) = reader.unpack(_SEQUENCE)
+        topic, channel = reader.name(), reader.name()
+        msg_id, attempts, due = _REQUEUED.unpack(reader.take(_REQUEUED.size))
+        frame = Requeue(sequence, topic, channel, msg_id, attempts, due)
     elif kind == _DISTRIBUTE:
         frame = Distribute(reader.unpack(_SEQUENCE)[0], reader.name(), reader.names())
     elif kind == _DROP_CHANNEL:
