@@ -75,6 +75,13 @@ def test_a_publish_is_held_by_both_mirrors_before_it_is_acknowledged_and_finishe
     asyncio.run(consume())
     # the 100 finished; the one published over TCP waits in the channel, on both mirrors
     wait_for(lambda: mirrored_depth(b, a) == mirrored_depth(c, a) == 1, 5, "the finishes on both mirrors")
+    # Prometheus sees the same
+    metrics = a.http("GET", "/metrics")[2].decode()
+    for mirror in (b, c):
+        assert f'nsq_replication_mirror_in_sync{{mirror="127.0.0.1:{mirror.tcp_port}"}} 1.0' in metrics
+        assert f'nsq_replication_mirror_lag{{mirror="127.0.0.1:{mirror.tcp_port}"}} 0.0' in metrics
+    assert "nsq_replication_in_sync_recorded 2.0" in metrics and "nsq_replication_refused_publishes_total 0.0" in metrics
+    assert f'nsq_replication_mirrored_depth{{origin="127.0.0.1:{a.tcp_port}"}} 1.0' in b.http("GET", "/metrics")[2].decode()
 
 
 def test_a_lost_mirror_falls_out_and_too_few_copies_refuse_the_publish(
@@ -134,6 +141,7 @@ def test_an_origin_whose_in_sync_record_another_nsqd_wrote_acknowledges_nothing_
 
 def test_without_etcd_flags_stats_keep_nsqs_shape(nsqd: NSQDProcess) -> None:
     assert "replication" not in json.loads(nsqd.http("GET", "/stats?format=json")[2])
+    assert b"nsq_replication" not in nsqd.http("GET", "/metrics")[2]
 
 
 def test_a_factor_above_one_needs_etcd(tmp_path: Any) -> None:
