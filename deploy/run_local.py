@@ -2,15 +2,20 @@
 admin, on NSQ's default ports (lookupd 4160/4161, nsqd 4150/4151 and 4250/4251, admin 4171), each nsqd with its own
 node ID (1 and 2) and data directory, and the admin's history in ``admin/`` beside them.
 
-Waits until every service answers /ping, prints where they are, streams their logs with a prefix per service,
-and stops them all on Ctrl-C (or when one of them exits).
+``--replicated`` (``make up ARGS=--replicated``): three nsqd instead (4150, 4250, 4350, their replication links on
+4153, 4253, 4353) at ``--replication-factor=3``, with a 3-member etcd (Debian's etcd-server; clients on 2379, 22379
+and 32379, peers on 2380, 22380 and 32380, data in ``etcd-*/``).
 
-    python deploy/run_local.py [--data-path DIR] [--port-offset N] [--host ADDRESS]
+Waits until every service answers (/ping; etcd's /health), prints where they are, streams their logs with a prefix
+per service, and stops them all on Ctrl-C (or when one of them exits).
+
+    python deploy/run_local.py [--data-path DIR] [--port-offset N] [--host ADDRESS] [--replicated]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,27 +27,52 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def plan(host: str, offset: int, data_path: Path) -> list[tuple[str, list[str], int]]:
-    """(name, command, HTTP port) of every service."""
+# (name, command, HTTP port, the path that answers 200 once it is up)
+Service = tuple[str, list[str], int, str]
+ETCD_CLIENT_PORTS = (2379, 22379, 32379)
+
+
+def plan(host: str, offset: int, data_path: Path, replicated: bool = False) -> list[Service]:
     lookupd_tcp, lookupd_http = 4160 + offset, 4161 + offset
-    services = [("nsqlookupd", [sys.executable, "-m", "services.lookupd", f"--tcp-address={host}:{lookupd_tcp}",
-                                f"--http-address={host}:{lookupd_http}", f"--broadcast-address={host}"],
-                 lookupd_http)]
+    services: list[Service] = [("nsqlookupd", [
+        sys.executable, "-m", "services.lookupd", f"--tcp-address={host}:{lookupd_tcp}",
+        f"--http-address={host}:{lookupd_http}", f"--broadcast-address={host}"], lookupd_http, "/ping")]
+    replication: list[str] = []
+    if replicated:
+        members = etcd_members(host, offset, data_path)
+        services += members
+        replication = ["--replication-factor=3", *(f"--etcd-address={host}:{port}" for _, _, port, _ in members)]
     # each nsqd its own node ID: the default, from the host name, is the same for both, and so would be the
     # message IDs they hand out at the same time
-    for node_id, tcp_port in enumerate((4150 + offset, 4250 + offset), start=1):
+    for node_id, tcp_port in enumerate((4150 + offset, 4250 + offset, 4350 + offset)[:3 if replicated else 2], 1):
         directory = data_path / f"nsqd-{tcp_port}"
         directory.mkdir(parents=True, exist_ok=True)
+        linked = [f"--replication-address={host}:{tcp_port + 3}", *replication] if replicated else []
         services.append((f"nsqd-{tcp_port}", [
             sys.executable, "-m", "services.nsqd", f"--node-id={node_id}", f"--tcp-address={host}:{tcp_port}",
             f"--http-address={host}:{tcp_port + 1}", f"--broadcast-address={host}",
-            f"--lookupd-tcp-address={host}:{lookupd_tcp}", f"--data-path={directory}"], tcp_port + 1))
+            f"--lookupd-tcp-address={host}:{lookupd_tcp}", f"--data-path={directory}", *linked], tcp_port + 1,
+            "/ping"))
     admin_directory = data_path / "admin"
     admin_directory.mkdir(parents=True, exist_ok=True)
     services.append(("nsqadmin", [sys.executable, "-m", "services.admin", f"--http-address={host}:{4171 + offset}",
                                   f"--lookupd-http-address={host}:{lookupd_http}", f"--data-path={admin_directory}"],
-                     4171 + offset))
+                     4171 + offset, "/ping"))
     return services
+
+
+def etcd_members(host: str, offset: int, data_path: Path) -> list[Service]:
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        raise SystemExit("--replicated needs etcd: apt-get install etcd-server")
+    ports = [(client + offset, client + 1 + offset) for client in ETCD_CLIENT_PORTS]
+    cluster = ",".join(f"etcd{index}=http://{host}:{peer}" for index, (_, peer) in enumerate(ports))
+    return [(f"etcd{index}", [
+        etcd, "--name", f"etcd{index}", "--data-dir", str(data_path / f"etcd-{index}"),
+        "--listen-client-urls", f"http://{host}:{client}", "--advertise-client-urls", f"http://{host}:{client}",
+        "--listen-peer-urls", f"http://{host}:{peer}", "--initial-advertise-peer-urls", f"http://{host}:{peer}",
+        "--initial-cluster", cluster, "--initial-cluster-token", "nsq-local", "--log-level", "warn"], client,
+        "/health") for index, (client, peer) in enumerate(ports)]
 
 
 def stream(name: str, process: subprocess.Popen[str]) -> None:
@@ -52,9 +82,9 @@ def stream(name: str, process: subprocess.Popen[str]) -> None:
         sys.stdout.flush()
 
 
-def answers_ping(host: str, port: int) -> bool:
+def answers(host: str, port: int, path: str) -> bool:
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/ping", timeout=1) as response:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=1) as response:
             return bool(response.status == 200)
     except OSError:
         return False
@@ -65,44 +95,53 @@ def main() -> int:
     parser.add_argument("--data-path", default=str(ROOT / ".data"), help="where each nsqd gets its directory")
     parser.add_argument("--port-offset", type=int, default=0, help="added to every port")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on and broadcast")
+    parser.add_argument("--replicated", action="store_true",
+                        help="three nsqd at --replication-factor=3 and a 3-member etcd (etcd-server)")
     args = parser.parse_args()
     stopping = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    running: list[tuple[str, subprocess.Popen[str], int]] = []
+    running: list[tuple[str, subprocess.Popen[str], int, str]] = []
     try:
-        for name, command, http_port in plan(args.host, args.port_offset, Path(args.data_path)):
+        for name, command, http_port, health in plan(args.host, args.port_offset, Path(args.data_path),
+                                                     args.replicated):
             process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        text=True, start_new_session=True)
-            running.append((name, process, http_port))
+            running.append((name, process, http_port, health))
             threading.Thread(target=stream, args=(name, process), daemon=True).start()
-        deadline = time.monotonic() + 20
-        while not all(answers_ping(args.host, port) for _, _, port in running):
-            if time.monotonic() > deadline or stopping.is_set() or any(p.poll() is not None for _, p, _ in running):
+        deadline = time.monotonic() + 30
+        while not all(answers(args.host, port, health) for _, _, port, health in running):
+            if time.monotonic() > deadline or stopping.is_set() or any(p.poll() is not None for _, p, _, _ in running):
                 print("cluster did not come up", file=sys.stderr)
                 return 1
             time.sleep(0.1)
         print(f"cluster up: nsqlookupd http://{args.host}:{4161 + args.port_offset} (TCP {4160 + args.port_offset}); "
-              + "; ".join(f"{name} TCP {port - 1}, http://{args.host}:{port}" for name, _, port in running[1:-1])
+              + "; ".join(f"{name} TCP {port - 1}, http://{args.host}:{port}" for name, _, port, _ in running[1:-1]
+                          if name.startswith("nsqd"))
+              + ("; etcd " + ",".join(f"{args.host}:{port}" for name, _, port, _ in running if name.startswith("etcd"))
+                 if args.replicated else "")
               + f"; nsqadmin http://{args.host}:{4171 + args.port_offset}"
               + f". Find nodes: curl 'http://{args.host}:{4161 + args.port_offset}/lookup?topic=<topic>'. "
                 "Ctrl-C stops everything.", flush=True)
         while not stopping.is_set():
-            if any(process.poll() is not None for _, process, _ in running):
+            if any(process.poll() is not None for _, process, _, _ in running):
                 print("a service exited; stopping the others", file=sys.stderr)
                 return 1
             stopping.wait(0.2)
         return 0
     finally:
-        for _, process, _ in reversed(running):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for _, process, _ in running:
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        # etcd last: an nsqd stopping cleanly ends its lease there
+        etcd = [service for service in running if service[0].startswith("etcd")]
+        for group in ([service for service in running if service not in etcd], etcd):
+            for _, process, _, _ in reversed(group):
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for _, process, _, _ in group:
+                try:
+                    process.wait(15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
 
 
 if __name__ == "__main__":

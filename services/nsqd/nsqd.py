@@ -386,7 +386,8 @@ class NSQD:
             record = None
         if record is not None:
             previous = json.loads(record.value)
-            if previous.get("adopted_by") and previous.get("epoch", 0) < epoch:
+            # only once the adoption is done: a claimant stopped half-way may not have the messages
+            if previous.get("adopted") and previous.get("epoch", 0) < epoch:
                 self._start_clean(str(previous["adopted_by"]), int(previous["epoch"]))
         await self.origin.restart(epoch)
         if self.cluster_nodes is not None:

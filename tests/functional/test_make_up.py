@@ -10,7 +10,9 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+from harness.etcd import require_etcd
 from harness.processes import ROOT, wait_for
 
 OFFSET = 20000  # away from a cluster the developer may be running on the default ports
@@ -60,3 +62,38 @@ def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
     assert not any(listening(port) for port in ports), "a service is still running"
     assert (tmp_path / f"nsqd-{4150 + OFFSET}" / "nsqd.dat").exists()
     assert (tmp_path / "admin" / "nsqadmin.db").exists()
+
+
+def test_make_up_replicated_starts_three_mirrored_nsqd_and_etcd(tmp_path: Path) -> None:
+    require_etcd()
+    offset = OFFSET + 1000
+    make = subprocess.Popen(["make", "-s", "up", f"ARGS=--port-offset={offset} --replicated", f"DATA_PATH={tmp_path}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    nsqd_http = [4151 + offset, 4251 + offset, 4351 + offset]
+    etcd_ports = [port + offset for client in (2379, 22379, 32379) for port in (client, client + 1)]
+    output: list[str] = []
+    try:
+        assert make.stdout is not None
+        deadline = time.monotonic() + 60
+        for line in make.stdout:
+            output.append(line)
+            if line.startswith("cluster up") or time.monotonic() > deadline:
+                break
+        assert output and output[-1].startswith("cluster up"), "".join(output)
+
+        def replication(port: int) -> dict[str, Any]:
+            return dict(json.loads(http(port, "/stats?format=json")[1])["replication"])
+        for port in nsqd_http:
+            wait_for(lambda: len(replication(port)["in_sync_recorded"]) == 2, 30,
+                     lambda: f"nsqd on {port} mirrored on both others: {replication(port)}")
+        assert http(nsqd_http[0], "/pub?topic=hello", b"world") == (200, b"OK")  # both mirrors hold it
+        origin = replication(nsqd_http[0])["node"]
+        for port in nsqd_http[1:]:
+            assert [store["depth"] for store in replication(port)["mirroring"] if store["origin"] == origin] == [1]
+    finally:
+        os.killpg(make.pid, signal.SIGINT)
+        make.wait(60)
+        assert make.stdout is not None
+        make.stdout.close()
+    assert not any(listening(port) for port in [*nsqd_http, *etcd_ports]), "a service is still running"
