@@ -254,3 +254,17 @@ def _version_key(version: str) -> tuple[int, int, int, int]:
     if match is None:
         return 0, 0, 0, 0
     return int(match.group(1)), int(match.group(2)), int(match.group(3)), 0 if match.group(4) else 1
+
+
+def replication_view(nodes: list[Json]) -> Json:
+    """Beyond NSQ (``/api/replication``): the replicated nsqd, each its ``/stats`` replication section under its
+    admin ``address``, and per topic which node holds a copy of which nsqd's messages, and how many."""
+    copies: dict[str, list[Json]] = {}
+    for node in nodes:
+        for store in node.get("mirroring") or []:
+            for topic, depth in (store.get("topics") or {}).items():
+                copies.setdefault(topic, []).append({"origin": store["origin"], "holder": node.get("node"),
+                                                     "depth": depth, "origin_gone": store.get("origin_gone", False)})
+    return {"nodes": sorted(nodes, key=lambda node: str(node.get("node"))),
+            "topics": [{"topic": topic, "copies": sorted(held, key=lambda copy: (copy["origin"], str(copy["holder"])))}
+                       for topic, held in sorted(copies.items())]}

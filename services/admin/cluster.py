@@ -106,6 +106,17 @@ class Cluster:
             by_topic.setdefault(row["topic_name"], []).append(row)
         return [aggregation.aggregate_topic(name, by_topic[name]) for name in sorted(by_topic)]
 
+    async def replication(self, warnings: Warnings) -> Json:
+        """Beyond NSQ: each replicated nsqd's ``replication`` section of ``/stats``, and per topic which nodes
+        hold which nsqd's copy (``aggregation.replication_view``)."""
+        nodes = await self.all_nodes(warnings)
+        answers = await each((self._replication(node) for node in nodes), warnings)
+        return aggregation.replication_view([answer for answer in answers if answer is not None])
+
+    async def _replication(self, node: Node) -> Json | None:
+        section = (await self.client.stats(node.address)).get("replication")
+        return None if section is None else {"address": node.address, "hostname": node.hostname, **section}
+
     async def counter(self, warnings: Warnings) -> Json:
         return aggregation.counter_stats(await self.node_topic_rows(await self.all_nodes(warnings), warnings))
 

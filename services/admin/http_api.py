@@ -45,7 +45,7 @@ def build_app(admin: AdminState) -> web.Application:
         ("/ping", ping), ("/metrics", metrics), ("/config/{opt}", get_config),
         ("/api/topics", api_topics), ("/api/topics/{topic}", api_topic),
         ("/api/topics/{topic}/{channel}", api_channel), ("/api/nodes", api_nodes), ("/api/nodes/{node}", api_node),
-        ("/api/counter", api_counter), ("/api/audit", api_audit),
+        ("/api/counter", api_counter), ("/api/audit", api_audit), ("/api/replication", api_replication),
         ("/api/history/{topic}", api_history), ("/api/history/{topic}/{channel}", api_history),
         ("/api/peek/{topic}", api_peek), ("/api/peek/{topic}/{channel}", api_peek)]
     for path, handler in gets + web_ui.routes():
@@ -129,6 +129,12 @@ async def api_channel(request: web.Request) -> web.Response:
 async def api_nodes(request: web.Request) -> web.Response:
     warnings = Warnings()
     return with_message({"nodes": await admin_of(request).cluster.nodes(warnings)}, warnings)
+
+
+async def api_replication(request: web.Request) -> web.Response:
+    """Beyond NSQ: what every replicated nsqd says of its mirrors and copies (aggregation.replication_view)."""
+    warnings = Warnings()
+    return with_message(await admin_of(request).cluster.replication(warnings), warnings)
 
 
 async def api_node(request: web.Request) -> web.Response:

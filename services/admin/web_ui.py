@@ -34,7 +34,8 @@ PEEK_COUNT = 10  # queued messages a topic or channel page shows per node
 def routes() -> list[tuple[str, Handler]]:
     return [("/", topics_page), ("/topics", topics_page), ("/topics/{topic}", topic_page),
             ("/topics/{topic}/{channel}", channel_page), ("/nodes", nodes_page), ("/nodes/{node}", node_page),
-            ("/counter", counter_page), ("/lookup", lookup_page), ("/audit", audit_page)]
+            ("/counter", counter_page), ("/lookup", lookup_page), ("/replication", replication_page),
+            ("/audit", audit_page)]
 
 
 def _render(request: web.Request, template: str, active: str, title: str, warnings: Warnings,
@@ -130,6 +131,13 @@ async def lookup_page(request: web.Request) -> web.Response:
     admin, warnings = admin_of(request), Warnings()
     inactive = await admin.cluster.inactive_topics(warnings)
     return _render(request, "lookup.html", "lookup", "Lookup", warnings, inactive=inactive)
+
+
+@_page("replication")
+async def replication_page(request: web.Request) -> web.Response:
+    admin, warnings = admin_of(request), Warnings()
+    view = await admin.cluster.replication(warnings)
+    return _render(request, "replication.html", "replication", "Replication", warnings, **view)
 
 
 async def audit_page(request: web.Request) -> web.Response:

@@ -102,8 +102,10 @@ def replication_stats(nsqd: NSQD) -> dict[str, Any]:
                      "in_sync": link.in_sync, "acknowledged": link.acked,
                      "lag": (origin.sequence - link.acked) if origin else 0}
                     for link in (origin.links.values() if origin else [])],
-        "mirroring": [{"origin": store.origin, "epoch": store.epoch, "applied": store.applied, "depth": store.depth}
+        "mirroring": [{"origin": store.origin, "epoch": store.epoch, "applied": store.applied, "depth": store.depth,
+                       "topics": store.topic_depths(), "origin_gone": store.fenced}
                       for store in nsqd.mirror_stores.values()],
+        "leases_lost": nsqd.membership.leases_lost if nsqd.membership else 0,
         "adopted_origins": nsqd.adoption.adopted if nsqd.adoption else 0,
         "adopted_messages": nsqd.adoption.adopted_messages if nsqd.adoption else 0,
     }

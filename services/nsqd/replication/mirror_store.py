@@ -194,8 +194,12 @@ class MirrorStore:
     @property
     def depth(self) -> int:
         """Outstanding messages, counted once per channel (and once held), as nsqd's depths count them."""
-        return sum(topic.held.depth + sum(queue.depth for queue in topic.channels.values())
-                   for topic in self.topics.values())
+        return sum(self.topic_depths().values())
+
+    def topic_depths(self) -> dict[str, int]:
+        """Each topic's outstanding messages, counted as ``depth`` counts them."""
+        return {name: topic.held.depth + sum(queue.depth for queue in topic.channels.values())
+                for name, topic in self.topics.items()}
 
 
 _NO_TOPIC = MirroredTopic()
