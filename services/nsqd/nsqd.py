@@ -39,7 +39,7 @@ from .stats import GCPauses
 from .topic import Topic
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator
 
     from .auth_client import AuthClient
     from .metrics import NSQDCollector
@@ -393,26 +393,28 @@ class NSQD:
         if self.cluster_nodes is not None:
             self._nodes_changed(self.cluster_nodes.nodes)
 
-    def _outstanding(self) -> list[Publish]:
-        """Every message this nsqd has outstanding (held by a topic, queued, in flight or deferred in a channel), as
-        publishes, for a mirror's snapshot. Disk queues are read here, on the event loop."""
+    def _outstanding(self) -> Callable[[], list[Publish]]:
+        """Every message this nsqd has outstanding (held by a topic, queued, in flight or deferred in a channel, a
+        dead letter), for a mirror's snapshot: what memory holds is copied now, on the event loop; the disk queues
+        are read, and the publishes made, by the job returned, on whatever thread runs it."""
         from .replication.wire import dead_letters_of
 
-        parts: list[Publish] = []
+        jobs: list[Callable[[], list[Publish]]] = []
         for topic in self.topics.values():
             if topic.ephemeral:
                 continue
             queue = topic.queue
-            parts += _snapshot_parts(topic.name, (), queue.peek_job(len(queue))(), queue.deferred.delayed())
+            jobs.append(_snapshot_job(topic.name, (), queue.peek_job(len(queue)), [], queue.deferred.delayed()))
             for channel in topic.channels.values():
                 if channel.ephemeral:
                     continue
-                queue = channel.queue
-                queued = queue.peek_job(len(queue))() + [message.entry() for message in channel.in_flight.values()]
-                parts += _snapshot_parts(topic.name, (channel.name,), queued, queue.deferred.delayed())
-                dead = channel.dead_letters
-                parts += _snapshot_parts(topic.name, (dead_letters_of(channel.name),), dead.peek_job(len(dead))(), [])
-        return parts
+                queue, dead = channel.queue, channel.dead_letters
+                in_flight = [message.entry() for message in channel.in_flight.values()]
+                jobs.append(_snapshot_job(topic.name, (channel.name,), queue.peek_job(len(queue)), in_flight,
+                                          queue.deferred.delayed()))
+                jobs.append(_snapshot_job(topic.name, (dead_letters_of(channel.name),), dead.peek_job(len(dead)),
+                                          [], []))
+        return lambda: [part for job in jobs for part in job()]
 
     def _start_clean(self, adopted_by: str, epoch: int) -> None:
         """Another nsqd took over this one's messages of an earlier epoch: they are its now, and dropped here."""
@@ -553,6 +555,11 @@ def _auth_client(opts: Options) -> AuthClient:
     return AuthClient(opts.auth_http_addresses, opts.auth_http_request_method,
                       connect_timeout=opts.http_client_connect_timeout,
                       request_timeout=opts.http_client_request_timeout, ssl_context=tls.auth_server_context(opts))
+
+
+def _snapshot_job(topic: str, channels: tuple[str, ...], peek: Callable[[], list[QueuedMessage]],
+                  in_flight: list[QueuedMessage], delayed: list[tuple[QueuedMessage, int]]) -> Callable[[], list[Publish]]:
+    return lambda: _snapshot_parts(topic, channels, peek() + in_flight, delayed)
 
 
 def _snapshot_parts(topic: str, channels: tuple[str, ...], queued: list[QueuedMessage],

@@ -24,9 +24,9 @@ from tests.functional.test_replication import replication
 LIVENESS = "--replication-liveness-timeout=4s"
 
 
-def start_cluster(etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> list[NSQDProcess]:
+def start_cluster(etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess], *flags: str) -> list[NSQDProcess]:
     nodes = [nsqd_factory(f"--etcd-address={etcd.addresses[0]}", "--replication-address=127.0.0.1:0",
-                          "--replication-factor=3", LIVENESS) for _ in range(3)]
+                          "--replication-factor=3", LIVENESS, *flags) for _ in range(3)]
     for nsqd in nodes:
         wait_for(lambda: sum(mirror["in_sync"] for mirror in replication(nsqd)["mirrors"]) == 2, 20,
                  lambda: f"two in-sync mirrors: {replication(nsqd)}")
@@ -157,6 +157,22 @@ def test_a_mirror_that_joins_late_is_sent_a_snapshot_and_can_take_over(
     delivered = asyncio.run(finish(adopter, "orders", "archive", 50))
     assert sorted(delivered) == sorted(bodies)
     assert json.loads(adopter.http("GET", "/stats?format=json&topic=unread")[2])["topics"][0]["depth"] == 1
+
+
+def test_a_snapshot_reads_what_the_origin_holds_on_disk(etcd: EtcdCluster,
+                                                       nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    """Every message through the disk queues: a mirror that joins late is sent them all (read on a thread)."""
+    a, b, c = start_cluster(etcd, nsqd_factory, "--mem-queue-size=0")
+    assert a.http("POST", "/topic/create?topic=orders")[0] == 200
+    assert a.http("POST", "/channel/create?topic=orders&channel=archive")[0] == 200
+    a.multi_publish("orders", [b"order %d" % number for number in range(300)])
+    assert a.channel_stats("orders", "archive")["backend_depth"] == 300
+    b.process.send_signal(signal.SIGKILL)
+    d = nsqd_factory(f"--etcd-address={etcd.addresses[0]}", "--replication-address=127.0.0.1:0",
+                     "--replication-factor=3", LIVENESS, "--mem-queue-size=0")
+    wait_for(lambda: mirrored(d, a) == 300, 20, lambda: f"a's snapshot on d: {replication(d)}")
+    a.publish("orders", b"after the snapshot")
+    wait_for(lambda: mirrored(d, a) == 301, 5, "the record after the snapshot on d")
 
 
 def restart(nsqd: NSQDProcess, data_path: Path, *args: str) -> NSQDProcess:

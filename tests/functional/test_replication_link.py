@@ -118,7 +118,8 @@ async def test_a_broken_link_resumes_where_the_mirror_got_to(mirror: Mirror) -> 
 async def test_a_mirror_that_lost_what_it_held_is_sent_a_snapshot_and_counts_again(mirror: Mirror) -> None:
     origin = Origin("a:4150", 1, min_in_sync=2, timeout=TIMEOUT)
     # what the origin has outstanding, as its nsqd would list it
-    origin.outstanding = lambda: [Publish(0, "t", ("c",), 0, Messages.of([(b"0000000000000001", b"body", 1, 0)]))]
+    origin.outstanding = lambda: lambda: [Publish(0, "t", ("c",), 0,
+                                                  Messages.of([(b"0000000000000001", b"body", 1, 0)]))]
     origin.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
     link = origin.links["b:4150"]
     await until(lambda: link.in_sync)

@@ -47,7 +47,7 @@ class MirrorLink:
     def __init__(self, origin: str, epoch: int, mirror: str, address: str, next_sequence: int,
                  latest: Callable[[], int], on_change: Callable[[], None] = lambda: None,
                  on_in_sync: Callable[[], None] = lambda: None,
-                 snapshot: Callable[[], list[bytes]] = lambda: []) -> None:
+                 snapshot: Callable[[], Callable[[], list[bytes]]] = lambda: list) -> None:
         self.origin = origin
         self.epoch = epoch
         self.mirror = mirror
@@ -60,13 +60,15 @@ class MirrorLink:
         self.connected = False
         self._unacked: deque[tuple[int, bytes]] = deque()
         self._unacked_bytes = 0
-        self._transport: asyncio.Transport | None = None  # once the mirror answered the hello
+        self._transport: asyncio.Transport | None = None  # once the mirror answered the hello (and has its snapshot)
+        self._sending: asyncio.Future[None] | None = None  # a snapshot being made and sent
         self._outbox: list[bytes] = []  # records of this turn, not written yet
         self._task: asyncio.Task[None] | None = None
         self._latest = latest  # the number of the origin's newest record
         self._on_change = on_change  # told when what the mirror acknowledged, or whether it is in sync, changed
         self._on_in_sync = on_in_sync
-        self._snapshot = snapshot  # the origin's outstanding messages as of now, as frames ending the snapshot
+        # the origin's outstanding messages as of now, as a job that makes the snapshot's frames (on any thread)
+        self._snapshot = snapshot
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"mirror-link-{self.mirror}")
@@ -155,16 +157,32 @@ class MirrorLink:
                         "snapshot", self.mirror, applied, applied + 1)
             self._lose_records()
         self.connected = True
-        self._transport = transport
         if not self.complete:
-            frames = self._snapshot()
-            transport.write(b"".join(frames))
-            self.complete = True  # what follows is buffered and sent after the snapshot
-            log.info("REPLICATION: linked to %s (%s), sent a snapshot (%d frames)", self.mirror, self.address,
-                     len(frames))
+            job = self._snapshot()  # what memory holds is copied now; the disk queues are read by the job
+            self.complete = True  # what follows is buffered, and sent after the snapshot
+            self._sending = asyncio.ensure_future(self._send_snapshot(job, transport))
             return
+        self._transport = transport
         transport.write(b"".join(frame for sequence, frame in self._unacked if sequence > applied))
         log.info("REPLICATION: linked to %s (%s) from record %d", self.mirror, self.address, applied + 1)
+
+    async def _send_snapshot(self, job: Callable[[], list[bytes]], transport: asyncio.Transport) -> None:
+        """The snapshot, made on a thread so that reading the disk queues holds nothing else up, then every record
+        since."""
+        try:
+            frames = await asyncio.get_running_loop().run_in_executor(None, job)
+        except Exception as error:  # a disk that fails a read: the link starts over, and so does the snapshot
+            log.error("REPLICATION: a snapshot for %s: %s", self.mirror, error)
+            self.complete = False
+            transport.close()
+            return
+        if transport.is_closing():
+            return
+        transport.write(b"".join(frames))
+        transport.write(b"".join(frame for _, frame in self._unacked))
+        self._transport = transport
+        log.info("REPLICATION: linked to %s (%s), sent a snapshot (%d frames)", self.mirror, self.address,
+                 len(frames))
 
 
 class _LinkProtocol(asyncio.Protocol):
@@ -224,8 +242,9 @@ class Origin:
         self.record_in_sync: Callable[[int, frozenset[str]], Awaitable[None]] | None = None
         self.lease_holds: Callable[[], bool] = lambda: True
         self.recorded: frozenset[str] = frozenset()  # the in-sync set as last recorded
-        # what this nsqd has outstanding now, as publishes (their sequence is ignored), for a mirror's snapshot
-        self.outstanding: Callable[[], list[Publish]] = lambda: []
+        # what this nsqd has outstanding now, for a mirror's snapshot: a job, run on a thread, that lists it as
+        # publishes (their sequence is ignored)
+        self.outstanding: Callable[[], Callable[[], list[Publish]]] = lambda: list
         self.fenced = False  # another nsqd wrote the record: nothing more is acknowledged under this epoch
         self._recordings: set[asyncio.Task[None]] = set()
         # publishes waiting for their copies, oldest first: (sequence, answer, deadline on the loop's clock)
@@ -246,9 +265,12 @@ class Origin:
             self._release()
         return stopping
 
-    def _snapshot(self) -> list[bytes]:
-        sequence = self.sequence
-        return [encode(Snapshot(sequence, part)) for part in self.outstanding()] + [encode(SnapshotEnd(sequence))]
+    def _snapshot(self) -> Callable[[], list[bytes]]:
+        sequence, outstanding = self.sequence, self.outstanding()
+
+        def frames() -> list[bytes]:
+            return [encode(Snapshot(sequence, part)) for part in outstanding()] + [encode(SnapshotEnd(sequence))]
+        return frames
 
     def _record(self, record: Record) -> None:
         frame = encode(record)
