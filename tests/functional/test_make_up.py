@@ -9,6 +9,8 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +31,12 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
-    make = subprocess.Popen(["make", "-s", "up", f"ARGS=--port-offset={OFFSET}", f"DATA_PATH={tmp_path}"],
+@contextmanager
+def make_up(args: str, data_path: Path) -> Iterator[None]:
+    """``make up ARGS=...`` until the cluster is up; Ctrl-C on the way out, as a user stops it."""
+    make = subprocess.Popen(["make", "-s", "up", f"ARGS={args}", f"DATA_PATH={data_path}"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    ports = [4160 + OFFSET, 4161 + OFFSET, 4150 + OFFSET, 4151 + OFFSET, 4250 + OFFSET, 4251 + OFFSET, 4171 + OFFSET]
     output: list[str] = []
     try:
         assert make.stdout is not None
@@ -43,6 +46,17 @@ def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
             if line.startswith("cluster up") or time.monotonic() > deadline:
                 break
         assert output and output[-1].startswith("cluster up"), "".join(output)
+        yield
+    finally:
+        os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        make.wait(60)
+        assert make.stdout is not None
+        make.stdout.close()
+
+
+def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+    ports = [4160 + OFFSET, 4161 + OFFSET, 4150 + OFFSET, 4151 + OFFSET, 4250 + OFFSET, 4251 + OFFSET, 4171 + OFFSET]
+    with make_up(f"--port-offset={OFFSET}", tmp_path):
         for port in (4161 + OFFSET, 4151 + OFFSET, 4251 + OFFSET, 4171 + OFFSET):
             assert http(port, "/ping") == (200, b"OK")
         # each nsqd its own node ID, so that the message IDs they hand out differ
@@ -54,11 +68,6 @@ def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
         assert [p["tcp_port"] for p in producers] == [4150 + OFFSET]
         assert {p["broadcast_address"] for p in producers} == {"127.0.0.1"}
         assert b"hello" in http(4171 + OFFSET, "/")[1]  # the admin sees the topic too
-    finally:
-        os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
-        make.wait(30)
-        assert make.stdout is not None
-        make.stdout.close()
     assert not any(listening(port) for port in ports), "a service is still running"
     assert (tmp_path / f"nsqd-{4150 + OFFSET}" / "nsqd.dat").exists()
     assert (tmp_path / "admin" / "nsqadmin.db").exists()
@@ -67,23 +76,13 @@ def test_make_up_starts_the_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
 def test_make_up_replicated_starts_three_mirrored_nsqd_and_etcd(tmp_path: Path) -> None:
     require_etcd()
     offset = OFFSET + 1000
-    make = subprocess.Popen(["make", "-s", "up", f"ARGS=--port-offset={offset} --replicated", f"DATA_PATH={tmp_path}"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     nsqd_http = [4151 + offset, 4251 + offset, 4351 + offset]
     etcd_ports = [port + offset for client in (2379, 22379, 32379) for port in (client, client + 1)]
-    output: list[str] = []
-    try:
-        assert make.stdout is not None
-        deadline = time.monotonic() + 60
-        for line in make.stdout:
-            output.append(line)
-            if line.startswith("cluster up") or time.monotonic() > deadline:
-                break
-        assert output and output[-1].startswith("cluster up"), "".join(output)
 
-        def replication(port: int) -> dict[str, Any]:
-            return dict(json.loads(http(port, "/stats?format=json")[1])["replication"])
+    def replication(port: int) -> dict[str, Any]:
+        return dict(json.loads(http(port, "/stats?format=json")[1])["replication"])
+
+    with make_up(f"--port-offset={offset} --replicated", tmp_path):
         for port in nsqd_http:
             wait_for(lambda: len(replication(port)["in_sync_recorded"]) == 2, 30,
                      lambda: f"nsqd on {port} mirrored on both others: {replication(port)}")
@@ -91,9 +90,4 @@ def test_make_up_replicated_starts_three_mirrored_nsqd_and_etcd(tmp_path: Path) 
         origin = replication(nsqd_http[0])["node"]
         for port in nsqd_http[1:]:
             assert [store["depth"] for store in replication(port)["mirroring"] if store["origin"] == origin] == [1]
-    finally:
-        os.killpg(make.pid, signal.SIGINT)
-        make.wait(60)
-        assert make.stdout is not None
-        make.stdout.close()
     assert not any(listening(port) for port in [*nsqd_http, *etcd_ports]), "a service is still running"
