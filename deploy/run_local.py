@@ -3,8 +3,8 @@ admin, on NSQ's default ports (lookupd 4160/4161, nsqd 4150/4151 and 4250/4251, 
 node ID (1 and 2) and data directory, and the admin's history in ``admin/`` beside them.
 
 ``--replicated`` (``make up ARGS=--replicated``): three nsqd instead (4150, 4250, 4350, their replication links on
-4153, 4253, 4353) at ``--replication-factor=3``, with a 3-member etcd (Debian's etcd-server; clients on 2379, 22379
-and 32379, peers on 2380, 22380 and 32380, data in ``etcd-*/``).
+4153, 4253, 4353) at ``--replication-factor=3``, with a 3-member etcd (Debian's etcd-server; clients on 2379, 2479
+and 2579, peers on 2380, 2480 and 2580, data in ``etcd-*/``).
 
 Waits until every service answers (/ping; etcd's /health), prints where they are, streams their logs with a prefix
 per service, and stops them all on Ctrl-C (or when one of them exits).
@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (name, command, HTTP port, the path that answers 200 once it is up)
 Service = tuple[str, list[str], int, str]
-ETCD_CLIENT_PORTS = (2379, 22379, 32379)
+# peers one above each; with --port-offset up to ~20000 all stay below the kernel's ephemeral ports (32768 and up),
+# which the clients of a busy machine may hold
+ETCD_CLIENT_PORTS = (2379, 2479, 2579)
 
 
 def plan(host: str, offset: int, data_path: Path, replicated: bool = False) -> list[Service]:

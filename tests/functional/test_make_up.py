@@ -77,7 +77,7 @@ def test_make_up_replicated_starts_three_mirrored_nsqd_and_etcd(tmp_path: Path) 
     require_etcd()
     offset = OFFSET + 1000
     nsqd_http = [4151 + offset, 4251 + offset, 4351 + offset]
-    etcd_ports = [port + offset for client in (2379, 22379, 32379) for port in (client, client + 1)]
+    etcd_ports = [port + offset for client in (2379, 2479, 2579) for port in (client, client + 1)]
 
     def replication(port: int) -> dict[str, Any]:
         return dict(json.loads(http(port, "/stats?format=json")[1])["replication"])

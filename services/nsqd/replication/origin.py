@@ -3,16 +3,20 @@ a publish's acknowledgement held until its mirrors hold it.
 
 A mirror is *in sync* while it holds every record of this origin's epoch that the origin has sent and
 acknowledges them within ``--replication-timeout``. A publish is answered once every in-sync mirror acknowledged
-it; a mirror that does not in time falls out of the set, and a publish that leaves fewer than
-``--replication-min-in-sync`` copies (this nsqd's own included) is refused (E_PUB_FAILED, HTTP 500), though this
-nsqd keeps it, as it keeps a publish refused half-way through its channels today: a retry makes a duplicate,
-never a loss. The set is recorded in etcd (``record_in_sync``): a mirror that fell out is removed there before a
-publish it did not acknowledge is answered, and a publish is refused if that record cannot be written, if another
-nsqd wrote it (``Fenced``: this origin's epoch is over, and nothing more is acknowledged under it), or if this
-nsqd's lease in etcd may have ended (``lease_holds``), since the cluster may then be adopting its messages. A mirror that fell behind is sent what it missed (records stay buffered until every mirror has them,
-up to ``MAX_UNACKED_BYTES``) and counts again once it has everything. One that lacks records no longer buffered
-(it joined late, restarted empty, or the buffer overflowed) is sent a snapshot instead: everything the origin has
-outstanding as of its newest record, then the records that follow; it counts once it acknowledged them.
+it (publishes wait in one queue, answered as acknowledgements arrive); a mirror that does not in time falls out of
+the set, and a publish that leaves fewer than ``--replication-min-in-sync`` copies (this nsqd's own included) is
+refused (E_PUB_FAILED, HTTP 500), though this nsqd keeps it, as it keeps a publish refused half-way through its
+channels: a retry makes a duplicate, never a loss. The set is recorded in etcd (``record_in_sync``): a mirror that
+fell out is removed there before a publish it did not acknowledge is answered, and a publish is refused if that
+record cannot be written, if another nsqd wrote it (``Fenced``: this origin's epoch is over, and nothing more is
+acknowledged under it), or if this nsqd's lease in etcd may have ended (``lease_holds``), since the cluster may
+then be adopting its messages.
+
+A mirror that fell behind is sent what it missed (records stay buffered until every mirror has them, up to
+``MAX_UNACKED_BYTES``) and counts again once it has everything. One that lacks records no longer buffered (it
+joined late, restarted empty, or the buffer overflowed) is sent a snapshot instead: everything the origin has
+outstanding as of its newest record, made on a thread, then the records that follow; it counts once it
+acknowledged them.
 """
 
 from __future__ import annotations
