@@ -397,6 +397,8 @@ class Channel:
         expired = self.in_flight.pop_expired(now)
         for msg in expired:
             self.timeout_count += 1
+            if self.origin is not None:  # its attempts so far, for the mirrors
+                self.origin.requeued(self.topic_name, self.name, msg.entry(), 0)
             self.put(msg.entry())
             msg.client.timed_out()
         for consumer in {msg.client: None for msg in expired}:

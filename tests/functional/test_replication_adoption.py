@@ -175,6 +175,31 @@ def test_a_snapshot_reads_what_the_origin_holds_on_disk(etcd: EtcdCluster,
     wait_for(lambda: mirrored(d, a) == 301, 5, "the record after the snapshot on d")
 
 
+async def take_and_let_time_out(nsqd: NSQDProcess) -> int:
+    """Receives the channel's one message and does nothing with it; its attempts."""
+    consumer = await WireClient.connect(nsqd.tcp_address)
+    await consumer.subscribe("orders", "archive", rdy=1)
+    message = await consumer.read_message()
+    await consumer.command(b"RDY", b"0")
+    await asyncio.sleep(1.5)  # past --msg-timeout: back in the channel
+    await consumer.close()
+    return int(message.attempts)
+
+
+def test_a_message_that_timed_out_keeps_its_attempts_on_the_survivor(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    a, b, c = start_cluster(etcd, nsqd_factory, "--msg-timeout=1s")
+    assert a.http("POST", "/topic/create?topic=orders")[0] == 200
+    assert a.http("POST", "/channel/create?topic=orders&channel=archive")[0] == 200
+    a.publish("orders", b"slow")
+    assert asyncio.run(take_and_let_time_out(a)) == 1
+    wait_for(lambda: a.channel_stats("orders", "archive")["timeout_count"] == 1, 5, "the timeout on a")
+    a.process.send_signal(signal.SIGKILL)
+    wait_for(lambda: depth(b, "orders", "archive") + depth(c, "orders", "archive") == 1, 20, "a's message taken over")
+    adopter = b if depth(b, "orders", "archive") == 1 else c
+    assert asyncio.run(take_and_let_time_out(adopter)) == 2  # its first delivery counted
+
+
 def restart(nsqd: NSQDProcess, data_path: Path, *args: str) -> NSQDProcess:
     """``nsqd`` started again under the same address (the same node of the cluster), on ``data_path``."""
     return start_nsqd(*FAST_SCAN, f"--tcp-address=127.0.0.1:{nsqd.tcp_port}",
