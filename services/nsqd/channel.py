@@ -215,6 +215,7 @@ class Channel:
         limit = self.max_attempts or 1 << 16
         kept = [entry for entry in entries if entry[TIMESTAMP] >= oldest and entry[ATTEMPTS] < limit]
         if len(kept) < len(entries):
+            dropped: list[bytes] = []
             for entry in entries:
                 expired = entry[TIMESTAMP] < oldest
                 if expired:
@@ -223,8 +224,9 @@ class Channel:
                     self._park(entry)
                 elif expired:
                     self.queue.release(entry[ID])
-                    if self.origin is not None:
-                        self.origin.finished(self.topic_name, self.name, [entry[ID]])
+                    dropped.append(entry[ID])
+            if self.origin is not None and dropped:
+                self.origin.finished(self.topic_name, self.name, dropped)
         return kept
 
     def _park(self, entry: QueuedMessage) -> None:

@@ -122,8 +122,8 @@ class Topic:
     def take_adopted(self, channel_name: str | None, entries: list[QueuedMessage],
                      defer_ms: int) -> Awaitable[None] | None:
         """Messages another nsqd had outstanding, taken over from a copy: into ``channel_name`` (made if need be; its
-        dead letters where the link named them so), or, for messages its topic held, as a publish is; recorded for this nsqd's own mirrors as a publish is.
-        TopicError if the topic refuses them."""
+        dead letters where the link named them so), or, for messages its topic held, as a publish is; recorded for
+        this nsqd's own mirrors as a publish is. TopicError if the topic refuses them."""
         if channel_name is None:
             return self._take(entries, defer_ms, sum(len(entry[1]) for entry in entries))
         if channel_name.endswith(DEAD_LETTERS):

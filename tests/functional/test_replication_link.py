@@ -5,6 +5,7 @@ link that breaks resumes where the mirror got to, and a mirror that lost what it
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -157,4 +158,24 @@ async def test_nothing_is_acknowledged_once_the_lease_may_have_ended(mirror: Mir
     with pytest.raises(ReplicationError, match="lease in etcd may have ended"):
         await origin.published("t", ("c",), 0, entries(1))
     assert mirror.ids() == {b"0000000000000001"}  # the mirror holds it; the producer was told it failed
+    await asyncio.gather(*origin.set_mirrors({}))
+
+
+async def test_a_snapshot_cut_off_before_the_mirror_had_it_is_sent_again(mirror: Mirror) -> None:
+    origin = Origin("a:4150", 1, min_in_sync=2, timeout=TIMEOUT)
+    made: list[int] = []
+
+    def slow_snapshot() -> list[Publish]:  # the disk queues read on a thread, taking a while
+        made.append(1)
+        time.sleep(0.3)
+        return [Publish(0, "t", ("c",), 0, Messages.of([(b"0000000000000001", b"body", 1, 0)]))]
+
+    origin.outstanding = lambda: slow_snapshot
+    origin.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
+    await until(lambda: made)
+    await mirror.stop()  # the link breaks while the snapshot is being made; the mirror lives on
+    await mirror.start()
+    link = origin.links["b:4150"]
+    await until(lambda: link.in_sync)
+    assert mirror.ids() == {b"0000000000000001"} and len(made) == 2
     await asyncio.gather(*origin.set_mirrors({}))

@@ -82,6 +82,7 @@ class MirrorLinkServer(asyncio.Protocol):
             self._store = store
             return 0
         self._store = store
+        store.new_link()
         return store.applied if store.complete else 0  # a snapshot it did not finish: it holds nothing usable
 
     def _refuse(self, reason: str) -> None:

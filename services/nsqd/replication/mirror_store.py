@@ -155,11 +155,16 @@ class MirrorStore:
         if frame.sequence != self._snapshot_at:
             self.topics.clear()
             self._snapshot_at = frame.sequence
+            self.complete = False
         if isinstance(frame, Snapshot):
             self._publish(frame.part)
             return
         self.applied = frame.sequence
         self.complete = True
+        self._snapshot_at = -1
+
+    def new_link(self) -> None:
+        """The origin linked again: a snapshot it had begun starts over (it is sent whole again)."""
         self._snapshot_at = -1
 
     @property

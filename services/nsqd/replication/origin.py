@@ -66,6 +66,9 @@ class MirrorLink:
         self._unacked_bytes = 0
         self._transport: asyncio.Transport | None = None  # once the mirror answered the hello (and has its snapshot)
         self._sending: asyncio.Future[None] | None = None  # a snapshot being made and sent
+        # a snapshot went out (or is being made) and the mirror has not acknowledged anything since: a link that
+        # breaks meanwhile sends it again
+        self._snapshot_unconfirmed = False
         self._outbox: list[bytes] = []  # records of this turn, not written yet
         self._task: asyncio.Task[None] | None = None
         self._latest = latest  # the number of the origin's newest record
@@ -117,6 +120,7 @@ class MirrorLink:
         self._on_change()
 
     def _acked(self, sequence: int, latest: int) -> None:
+        self._snapshot_unconfirmed = False  # a mirror acknowledges nothing until its snapshot is whole
         self.acked = max(self.acked, sequence)
         while self._unacked and self._unacked[0][0] <= sequence:
             self._unacked_bytes -= len(self._unacked.popleft()[1])
@@ -138,6 +142,11 @@ class MirrorLink:
 
     def _disconnected(self) -> None:
         self._transport, self._outbox, self.connected = None, [], False
+        if self._snapshot_unconfirmed:
+            self._snapshot_unconfirmed = False
+            if self._sending is not None:
+                self._sending.cancel()
+            self._lose_records()
         if self.in_sync:
             self.fall_out()
             self._on_change()
@@ -164,6 +173,7 @@ class MirrorLink:
         if not self.complete:
             job = self._snapshot()  # what memory holds is copied now; the disk queues are read by the job
             self.complete = True  # what follows is buffered, and sent after the snapshot
+            self._snapshot_unconfirmed = True
             self._sending = asyncio.ensure_future(self._send_snapshot(job, transport))
             return
         self._transport = transport
@@ -177,7 +187,6 @@ class MirrorLink:
             frames = await asyncio.get_running_loop().run_in_executor(None, job)
         except Exception as error:  # a disk that fails a read: the link starts over, and so does the snapshot
             log.error("REPLICATION: a snapshot for %s: %s", self.mirror, error)
-            self.complete = False
             transport.close()
             return
         if transport.is_closing():
