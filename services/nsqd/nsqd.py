@@ -10,6 +10,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,8 @@ log = logging.getLogger("nsqd")
 
 METADATA_RETRY = 1.0  # seconds between attempts to write nsqd.dat while the disk refuses it
 NODE_ID_CHECK_DELAY = 0.5  # seconds after the first lookupd is known: its registrations are out by then
+ADOPT_CHUNK = 10_000  # messages taken over at a time
+MIRRORS_DIRECTORY = "mirrors"  # under --data-path: the copies this nsqd holds of other nsqd's messages
 
 
 class NSQD:
@@ -329,9 +332,11 @@ class NSQD:
         from .replication.mirror_server import MirrorLinkServer
         from .replication.origin import Origin
 
-        stores, links = self.mirror_stores, self._mirror_links
+        stores, links, directory = self.mirror_stores, self._mirror_links, self.data_path / MIRRORS_DIRECTORY
+        shutil.rmtree(directory, ignore_errors=True)  # an earlier process's copies: the origins send them again
         self._replication_server, self.replication_address = await listen_tcp(
-            self.opts.replication_address, lambda: MirrorLinkServer(stores, links), log, label="REPLICATION")
+            self.opts.replication_address, lambda: MirrorLinkServer(stores, links, directory), log,
+            label="REPLICATION")
         if self.opts.replication_factor > 1:
             self.origin = Origin(self._broadcast_tcp_address(), 0, self.opts.min_in_sync,
                                  self.opts.replication_timeout)
@@ -430,13 +435,26 @@ class NSQD:
 
     async def _adopt(self, store: MirrorStore) -> int:
         """A lost origin's outstanding messages into this nsqd's topics and channels; done once this nsqd's own
-        mirrors hold them (those that could not have enough copies are kept here all the same)."""
-        now = time.time_ns()
+        mirrors hold them (those that could not have enough copies are kept here all the same). Read from the copy's
+        files and put into the queues ``ADOPT_CHUNK`` at a time, so that a deep backlog is never all in memory."""
+        now, count = time.time_ns(), 0
+        waits: list[Awaitable[None]] = []
         groups: dict[tuple[str, str | None, int], list[QueuedMessage]] = {}
         for topic_name, channel_name, message, due in store.outstanding():
             defer_ms = max(0, (due - now) // 1_000_000) if due else 0
             groups.setdefault((topic_name, channel_name, defer_ms), []).append(message)
-        waits = []
+            count += 1
+            if count % ADOPT_CHUNK == 0:
+                self._take_adopted(groups, waits)
+        self._take_adopted(groups, waits)
+        for result in await asyncio.gather(*waits, return_exceptions=True):
+            if isinstance(result, Exception):
+                log.warning("REPLICATION: adopted messages of %s without all their copies: %s", store.origin, result)
+        return count
+
+    def _take_adopted(self, groups: dict[tuple[str, str | None, int], list[QueuedMessage]],
+                      waits: list[Awaitable[None]]) -> None:
+        """``groups`` into their topics and channels, under new IDs (emptied)."""
         for (topic_name, channel_name, defer_ms), messages in groups.items():
             topic = self.get_topic(topic_name)
             entries = [(msg_id, message[BODY], message[TIMESTAMP], message[ATTEMPTS])
@@ -444,10 +462,7 @@ class NSQD:
             waiting = topic.take_adopted(channel_name, entries, defer_ms)
             if waiting is not None:
                 waits.append(waiting)
-        for result in await asyncio.gather(*waits, return_exceptions=True):
-            if isinstance(result, Exception):
-                log.warning("REPLICATION: adopted messages of %s without all their copies: %s", store.origin, result)
-        return sum(map(len, groups.values()))
+        groups.clear()
 
     def _nodes_changed(self, nodes: Nodes) -> None:
         from .replication.placement import choose_mirrors
@@ -485,6 +500,9 @@ class NSQD:
             for link in list(self._mirror_links):
                 if link.transport is not None:
                     link.transport.close()
+        for store in self.mirror_stores.values():
+            store.close()
+        self.mirror_stores.clear()
 
     # -- metadata --------------------------------------------------------------------------------------------
 

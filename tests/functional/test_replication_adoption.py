@@ -53,7 +53,7 @@ async def finish(nsqd: NSQDProcess, topic: str, channel: str, count: int) -> lis
 
 
 def test_killed_its_unfinished_messages_are_delivered_by_one_survivor(
-        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess], tmp_path: Path) -> None:
     a, b, c = start_cluster(etcd, nsqd_factory)
     a.http("POST", "/topic/create?topic=orders")
     a.http("POST", "/channel/create?topic=orders&channel=archive")
@@ -62,6 +62,10 @@ def test_killed_its_unfinished_messages_are_delivered_by_one_survivor(
     finished = asyncio.run(finish(a, "orders", "archive", 30))
     wait_for(lambda: all(store["depth"] == 70 for node in (b, c) for store in replication(node)["mirroring"]
                          if store["origin"] == f"127.0.0.1:{a.tcp_port}"), 5, "the finishes on the mirrors")
+    copies = [tmp_path / "nsqd1" / "mirrors", tmp_path / "nsqd2" / "mirrors"]  # b's and c's data paths
+    for mirrored in copies:  # the copies are on disk
+        (copy,) = mirrored.glob(f"127.0.0.1_{a.tcp_port}-*")
+        assert b"order 99" in b"".join(segment.read_bytes() for segment in copy.iterdir())
     a.process.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     wait_for(lambda: depth(b, "orders", "archive") + depth(c, "orders", "archive") == 70, 20,
@@ -78,6 +82,8 @@ def test_killed_its_unfinished_messages_are_delivered_by_one_survivor(
     # the adopter's own mirrors hold them now, and the other mirror dropped its copy
     wait_for(lambda: all(store["origin"] != f"127.0.0.1:{a.tcp_port}" for store in replication(other)["mirroring"]),
              5, "the other copy dropped")
+    for mirrored in copies:
+        wait_for(lambda: not list(mirrored.glob(f"127.0.0.1_{a.tcp_port}-*")), 5, "the copy's files deleted")
 
 
 def test_paused_past_its_lease_it_comes_back_fenced_and_drops_what_was_taken_over(

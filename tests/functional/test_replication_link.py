@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,8 @@ TIMEOUT = 0.5
 
 
 class Mirror:
-    def __init__(self) -> None:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
         self.stores: dict[str, MirrorStore] = {}
         self.server: asyncio.AbstractServer | None = None
         self.port = 0
@@ -27,7 +29,7 @@ class Mirror:
 
     async def start(self) -> None:
         def link() -> MirrorLinkServer:
-            self.links.append(MirrorLinkServer(self.stores, set()))
+            self.links.append(MirrorLinkServer(self.stores, set(), self.directory))
             return self.links[-1]
 
         self.server = await asyncio.get_running_loop().create_server(link, "127.0.0.1", self.port)
@@ -47,8 +49,8 @@ class Mirror:
 
 
 @pytest.fixture
-async def mirror() -> AsyncIterator[Mirror]:
-    started = Mirror()
+async def mirror(tmp_path: Path) -> AsyncIterator[Mirror]:
+    started = Mirror(tmp_path)
     await started.start()
     yield started
     await started.stop()

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import resource
+import signal
+from pathlib import Path
+
 import pytest
 
+from services.nsqd.replication.mirror_files import MirrorFiles
 from services.nsqd.replication.mirror_store import COMPACT_AT, MirrorStore, OutOfOrder
 from services.nsqd.replication.wire import (Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Requeue,
                                             Snapshot, SnapshotEnd)
@@ -22,8 +27,8 @@ def outstanding(store: MirrorStore) -> set[tuple[str, str | None, bytes]]:
     return {(topic, channel, message[0]) for topic, channel, message, _ in store.outstanding()}
 
 
-def test_a_message_is_outstanding_in_each_channel_until_that_channel_finishes_it() -> None:
-    store = MirrorStore("a:4150", 1)
+def test_a_message_is_outstanding_in_each_channel_until_that_channel_finishes_it(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
     first, second = ids(2)
     store.apply(publish(1, "t", ("c1", "c2"), [first, second]))
     assert store.depth == 4
@@ -34,8 +39,8 @@ def test_a_message_is_outstanding_in_each_channel_until_that_channel_finishes_it
     assert store.applied == 3
 
 
-def test_a_topic_without_channels_holds_its_messages_until_it_hands_them_out() -> None:
-    store = MirrorStore("a:4150", 1)
+def test_a_topic_without_channels_holds_its_messages_until_it_hands_them_out(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
     held = ids(3)
     store.apply(publish(1, "t", (), held))
     assert outstanding(store) == {("t", None, msg_id) for msg_id in held}
@@ -46,8 +51,8 @@ def test_a_topic_without_channels_holds_its_messages_until_it_hands_them_out() -
     assert store.depth == 6
 
 
-def test_channels_and_topics_dropped_take_their_messages() -> None:
-    store = MirrorStore("a:4150", 1)
+def test_channels_and_topics_dropped_take_their_messages(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
     store.apply(publish(1, "t", ("c1", "c2"), ids(2)))
     store.apply(publish(2, "u", ("c1",), ids(2, 5)))
     store.apply(DropChannel(3, "t", "c1"))
@@ -57,8 +62,8 @@ def test_channels_and_topics_dropped_take_their_messages() -> None:
     assert {topic for topic, _, _, _ in store.outstanding()} == {"u"}
 
 
-def test_a_deferred_message_keeps_when_it_is_due_and_its_body_is_held_once() -> None:
-    store = MirrorStore("a:4150", 1)
+def test_a_deferred_message_keeps_when_it_is_due_and_its_body_is_held_once(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
     (msg_id,) = ids(1)
     store.apply(publish(1, "t", ("c1", "c2"), [msg_id], defer_ms=2500))
     copies = [(message, due) for _, _, message, due in store.outstanding()]
@@ -68,8 +73,8 @@ def test_a_deferred_message_keeps_when_it_is_due_and_its_body_is_held_once() -> 
     assert [(channel, due) for _, channel, _, due in store.outstanding()] == [("c2", 1000 + 2_500_000_000)]
 
 
-def test_a_deferred_message_held_by_its_topic_stays_deferred_in_the_channels_it_is_handed_to() -> None:
-    store = MirrorStore("a:4150", 1)
+def test_a_deferred_message_held_by_its_topic_stays_deferred_in_the_channels_it_is_handed_to(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
     deferred, at_once = ids(2)
     store.apply(publish(1, "t", (), [deferred], defer_ms=1000))
     store.apply(publish(2, "t", (), [at_once]))
@@ -81,8 +86,8 @@ def test_a_deferred_message_held_by_its_topic_stays_deferred_in_the_channels_it_
     assert {channel for _, channel, _, _ in store.outstanding()} == {"c2"}
 
 
-def test_a_channel_that_finished_most_of_what_it_held_is_compacted_to_what_is_outstanding() -> None:
-    store = MirrorStore("a:4150", 1)
+def test_a_channel_that_finished_most_of_what_it_held_is_compacted_to_what_is_outstanding(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
     published = ids(COMPACT_AT + 100)
     for sequence, start in enumerate(range(0, len(published), 100), 1):
         store.apply(publish(sequence, "t", ("c1", "c2"), published[start:start + 100]))
@@ -95,8 +100,8 @@ def test_a_channel_that_finished_most_of_what_it_held_is_compacted_to_what_is_ou
         ("t", "c2", msg_id) for msg_id in published}
 
 
-def test_a_message_given_back_keeps_its_attempts_and_when_it_is_due_until_finished() -> None:
-    store = MirrorStore("a:4150", 1)
+def test_a_message_given_back_keeps_its_attempts_and_when_it_is_due_until_finished(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
     given_back, other = ids(2)
     store.apply(publish(1, "t", ("c1", "c2"), [given_back, other]))
     store.apply(Requeue(2, "t", "c1", given_back, 3, 5_000))
@@ -107,8 +112,8 @@ def test_a_message_given_back_keeps_its_attempts_and_when_it_is_due_until_finish
     assert store.topics["t"].channels["c1"].requeued == {}
 
 
-def test_records_must_come_in_order() -> None:
-    store = MirrorStore("a:4150", 1)
+def test_records_must_come_in_order(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
     store.apply(publish(1, "t", ("c",), ids(1)))
     with pytest.raises(OutOfOrder, match="record 3 after 1"):
         store.apply(publish(3, "t", ("c",), ids(1, 1)))
@@ -117,8 +122,8 @@ def test_records_must_come_in_order() -> None:
     assert store.applied == 1
 
 
-def test_a_store_started_late_holds_a_snapshot_then_takes_the_records_after_it() -> None:
-    store = MirrorStore("a:4150", 1, applied=40)  # the origin was at record 41 when this mirror joined
+def test_a_store_started_late_holds_a_snapshot_then_takes_the_records_after_it(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path), applied=40)  # the origin was at record 41 when this mirror joined
     assert not store.complete
     store.apply(publish(41, "t", ("c",), ids(1, 99)))  # an earlier attempt's leftovers: replaced by the snapshot
     store.take_snapshot(Snapshot(45, publish(0, "t", ("c",), ids(2))))
@@ -128,3 +133,78 @@ def test_a_store_started_late_holds_a_snapshot_then_takes_the_records_after_it()
     assert outstanding(store) == {("t", "c", ids(2)[0]), ("t", "c", ids(2)[1]), ("t", None, ids(1, 5)[0])}
     store.apply(Finish(46, "t", "c", (ids(2)[0],)))
     assert store.depth == 2
+
+
+def test_bodies_are_in_the_files_and_memory_keeps_only_where_they_are(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
+    store.apply(publish(1, "t", ("c1", "c2"), ids(3)))
+    (batch,) = store.topics["t"].channels["c1"].batches
+    assert (batch.segment.number, batch.offset, batch.size, batch.ids) == (0, 0, 3 * 51, b"".join(ids(3)))
+    assert b"body " + ids(3)[2] in (tmp_path / "000000.dat").read_bytes()  # once, for both channels
+    assert store.files.size == (tmp_path / "000000.dat").stat().st_size == 3 * 51  # header 30, body 21
+
+
+def test_a_segment_goes_once_every_queue_is_done_with_every_batch_in_it(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path, segment_size=110))  # 2 messages a segment
+    published = ids(6)
+    for sequence, msg_id in enumerate(published, 1):
+        store.apply(publish(sequence, "t", ("c1", "c2"), [msg_id]))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["000000.dat", "000001.dat", "000002.dat"]
+    store.apply(Finish(7, "t", "c1", tuple(published[:4])))
+    store.topics["t"].channels["c1"].compact()
+    assert len(list(tmp_path.iterdir())) == 3  # c2 still has them
+    store.apply(Finish(8, "t", "c2", tuple(published[:3])))
+    store.topics["t"].channels["c2"].compact()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["000001.dat", "000002.dat"]
+    store.apply(DropChannel(9, "t", "c2"))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["000002.dat"]
+    assert outstanding(store) == {("t", "c1", published[4]), ("t", "c1", published[5])}
+    store.apply(DropTopic(10, "t", held_only=False))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["000002.dat"]  # being written: it stays
+    store.apply(publish(11, "t", (), ids(2, 10)))  # the next segment: the last one goes, nothing in it is held
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["000003.dat"]
+    store.apply(publish(12, "t", (), ids(1, 12)))  # and the next: the topic holds what is in the last one
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["000003.dat", "000004.dat"]
+
+
+def test_a_batch_finished_in_part_is_read_back_without_what_was_finished(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
+    published = ids(5)
+    store.apply(publish(1, "t", ("c1", "c2"), published))
+    store.apply(Finish(2, "t", "c1", (published[1], published[3])))
+    store.topics["t"].channels["c1"].compact()
+    assert store.topics["t"].channels["c1"].batches[0].outstanding == 3
+    assert sorted(message for _, channel, message, _ in store.outstanding() if channel == "c1") == [
+        (msg_id, b"body " + msg_id, 1000, 0) for msg_id in (published[0], published[2], published[4])]
+
+
+def test_a_snapshot_starts_the_files_over_and_closing_deletes_them(tmp_path: Path) -> None:
+    directory = tmp_path / "a_4150-1"
+    store = MirrorStore("a:4150", 1, MirrorFiles(directory), applied=40)
+    store.apply(publish(41, "t", ("c",), ids(1, 99)))
+    store.take_snapshot(Snapshot(45, publish(0, "t", ("c",), ids(2))))
+    assert [path.name for path in directory.iterdir()] == ["000001.dat"]
+    store.take_snapshot(SnapshotEnd(45))
+    assert len(outstanding(store)) == 2
+    store.close()
+    assert not directory.exists()
+
+
+def test_a_record_that_cannot_be_written_is_not_applied_and_the_next_one_goes_where_it_would_have(
+        tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
+    store.apply(publish(1, "t", ("c",), ids(1)))
+    written = store.files.size
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (written + 10, limits[1]))  # as a full disk does: a short write, then none
+    try:
+        with pytest.raises(OSError):
+            store.apply(publish(2, "t", ("c",), ids(1, 1)))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert (store.applied, store.depth, store.files.size) == (1, 1, written)
+    store.apply(publish(2, "t", ("c",), ids(1, 2)))
+    assert outstanding(store) == {("t", "c", ids(1)[0]), ("t", "c", ids(1, 2)[0])}
+    assert [message[1] for _, _, message, _ in store.outstanding()] == [b"body " + ids(1)[0], b"body " + ids(1, 2)[0]]

@@ -5,14 +5,20 @@ One store per origin, kept across links, so that an origin whose link broke carr
 (the mirror's first ``Ack`` says where). An origin that comes with a newer epoch starts a new store: it was
 counted out and registered again, and whatever it had outstanding before is its own to send again. An older epoch
 than the store's is refused: that origin has been replaced and may no longer have anything acknowledged.
+
+A store keeps its messages in files under ``directory``, one directory per origin and epoch. A record the mirror
+cannot write (a full disk) is not applied: the link is refused, and the origin links again later.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
+from pathlib import Path
 from typing import cast
 
+from .mirror_files import MirrorFiles
 from .mirror_store import MirrorStore, OutOfOrder
 from .wire import MAGIC, Ack, FrameReader, Hello, Refuse, Snapshot, SnapshotEnd, WireError, encode
 
@@ -22,8 +28,9 @@ log = logging.getLogger("nsqd")
 class MirrorLinkServer(asyncio.Protocol):
     """One origin's link, on the mirror."""
 
-    def __init__(self, stores: dict[str, MirrorStore], links: set[MirrorLinkServer]) -> None:
+    def __init__(self, stores: dict[str, MirrorStore], links: set[MirrorLinkServer], directory: Path) -> None:
         self._stores = stores
+        self._directory = directory
         self._links = links  # every open link, closed when nsqd stops
         self._store: MirrorStore | None = None
         self._reader = FrameReader()
@@ -59,6 +66,8 @@ class MirrorLinkServer(asyncio.Protocol):
                     self._store.apply(frame)
         except (WireError, OutOfOrder) as error:
             return self._refuse(f"E_INVALID {error}")
+        except OSError as error:
+            return self._refuse(f"E_INVALID cannot keep the records: {error}")
         store = self._store
         if frames and not isinstance(frames[-1], Hello) and store is not None and not store.receiving_snapshot:
             self._write(Ack(store.applied))
@@ -76,8 +85,11 @@ class MirrorLinkServer(asyncio.Protocol):
         if store is not None and hello.epoch == store.epoch and store.fenced:
             raise WireError(f"{hello.origin} (epoch {hello.epoch}) is gone from the cluster: its records are refused")
         if store is None or hello.epoch > store.epoch:
+            if store is not None:
+                store.close()
             # records before ``hello.sequence`` went to other mirrors, or are gone: the origin knows which
-            store = self._stores[hello.origin] = MirrorStore(hello.origin, hello.epoch, hello.sequence - 1)
+            files = MirrorFiles(self._directory / f"{_file_name(hello.origin)}-{hello.epoch}")
+            store = self._stores[hello.origin] = MirrorStore(hello.origin, hello.epoch, files, hello.sequence - 1)
             log.info("REPLICATION: mirroring %s (epoch %d)", hello.origin, hello.epoch)
             self._store = store
             return 0
@@ -90,3 +102,8 @@ class MirrorLinkServer(asyncio.Protocol):
         self._write(Refuse(reason))
         if self.transport is not None:
             self.transport.close()
+
+
+def _file_name(origin: str) -> str:
+    """An origin's address as a file name: ``host_port``."""
+    return re.sub(r"[^A-Za-z0-9.-]", "_", origin)

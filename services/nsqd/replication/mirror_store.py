@@ -8,12 +8,13 @@ A finish for a message the mirror never had changes nothing. A message given bac
 when it is due again; a channel's dead letters are a channel of their own on the link (``dead_letters_of``). On
 adoption, ``outstanding()`` is what a survivor puts into its own topics and channels.
 
-Mirroring costs next to nothing per message, since a backlog a mirror holds can be millions deep: a publish is kept
-as the batch of messages its record brought, as the record encodes them, shared by every channel that took it, and a channel holds its
-batches in order and the IDs finished since. Once the finished IDs are at least ``COMPACT_AT`` and half of what
-the channel holds, the channel is compacted: a batch all finished goes, the others keep what is outstanding, and
-the finished IDs are forgotten. A publish costs the mirror one step per batch, a finish one set insertion, and
-compaction a constant per message over time.
+Mirroring costs next to nothing per message, since a backlog a mirror holds can be millions deep: a publish's
+messages are written as their record encodes them to the origin's files (``MirrorFiles``), once, whatever the number
+of channels that took them; memory keeps the batch's place there and its IDs. A channel holds its batches in order
+and the IDs finished since. Once the finished IDs are at least ``COMPACT_AT`` and half of what the channel holds,
+the channel is compacted: a batch all finished goes (and its segment with the last batch in it), the others keep
+the IDs still outstanding, and the finished IDs are forgotten. A publish costs the mirror one write and one step
+per batch, a finish one set insertion, and compaction a constant per message over time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..message import BODY, ID, TIMESTAMP, QueuedMessage
+from .mirror_files import MirrorFiles, Segment
 from .wire import (Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Record, Requeue, Snapshot,
                    SnapshotEnd)
 
@@ -32,10 +34,44 @@ class OutOfOrder(Exception):
     """A record that is not the one after the last applied: the link lost or reordered something."""
 
 
-@dataclass
 class Batch:
-    messages: Messages
-    delay: int  # nanoseconds after its timestamp that each message is due (a deferred publish); 0: at once
+    """Messages published together, where the origin's files hold them."""
+
+    def __init__(self, segment: Segment, offset: int, size: int, count: int, ids: bytes, delay: int) -> None:
+        self.segment = segment
+        self.offset = offset
+        self.size = size
+        self.count = count  # messages written, outstanding or not
+        self.ids = ids  # of those still outstanding in the queue that holds this batch, 16 bytes each
+        self.delay = delay  # nanoseconds after its timestamp that each message is due (a deferred publish); 0: at once
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.ids) // 16
+
+    def messages(self) -> Iterator[QueuedMessage]:
+        """Those still outstanding, read back."""
+        messages = Messages(self.segment.read(self.offset, self.size), self.count)
+        if self.outstanding == self.count:
+            yield from messages
+            return
+        kept = set(_split(self.ids))
+        for message in messages:
+            if message[ID] in kept:
+                yield message
+
+    def without(self, finished: set[bytes]) -> Batch | None:
+        """This batch less ``finished``: itself if none of them are in it, None if all of its messages are."""
+        kept = [msg_id for msg_id in _split(self.ids) if msg_id not in finished]
+        if len(kept) * 16 == len(self.ids):
+            return self
+        if not kept:
+            return None
+        return Batch(self.segment, self.offset, self.size, self.count, b"".join(kept), self.delay)
+
+
+def _split(ids: bytes) -> list[bytes]:
+    return [ids[at:at + 16] for at in range(0, len(ids), 16)]
 
 
 class MirroredQueue:
@@ -53,8 +89,16 @@ class MirroredQueue:
         return self.count - len(self.finished)
 
     def add(self, batches: list[Batch]) -> None:
+        for batch in batches:
+            batch.segment.hold()
+            self.count += batch.outstanding
         self.batches += batches
-        self.count += sum(len(batch.messages) for batch in batches)
+
+    def drop(self) -> None:
+        """Gone, with what it held."""
+        for batch in self.batches:
+            batch.segment.release()
+        self.batches, self.count, self.finished, self.requeued = [], 0, set(), {}
 
     def finish(self, ids: tuple[bytes, ...]) -> None:
         finished = self.finished
@@ -68,19 +112,19 @@ class MirroredQueue:
     def compact(self) -> None:
         finished, kept, count = self.finished, [], 0
         for batch in self.batches:
-            left = [message for message in batch.messages if message[ID] not in finished]
-            if len(left) == len(batch.messages):
-                kept.append(batch)
-            elif left:
-                kept.append(Batch(Messages.of(left), batch.delay))
-            count += len(left)
+            left = batch.without(finished)
+            if left is None:
+                batch.segment.release()
+            else:
+                kept.append(left)  # in the same segment: it stays held
+                count += left.outstanding
         self.batches, self.count, self.finished = kept, count, set()
 
     def outstanding(self) -> Iterator[tuple[QueuedMessage, int]]:
         """(message, when it is due: nanoseconds since the epoch, 0 at once) for each outstanding message."""
         finished, requeued = self.finished, self.requeued
         for batch in self.batches:
-            for message in batch.messages:
+            for message in batch.messages():
                 msg_id = message[ID]
                 if msg_id in finished:
                     continue
@@ -96,6 +140,11 @@ class MirroredTopic:
     held: MirroredQueue = field(default_factory=MirroredQueue)
     channels: dict[str, MirroredQueue] = field(default_factory=dict)
 
+    def drop(self) -> None:
+        self.held.drop()
+        for queue in self.channels.values():
+            queue.drop()
+
     def channel(self, name: str) -> MirroredQueue:
         queue = self.channels.get(name)
         if queue is None:
@@ -104,9 +153,10 @@ class MirroredTopic:
 
 
 class MirrorStore:
-    def __init__(self, origin: str, epoch: int, applied: int = 0) -> None:
+    def __init__(self, origin: str, epoch: int, files: MirrorFiles, applied: int = 0) -> None:
         self.origin = origin
         self.epoch = epoch
+        self.files = files
         self.applied = applied  # the sequence of the last record applied
         self.topics: dict[str, MirroredTopic] = {}
         self.fenced = False  # the origin is gone from the cluster: none of its records are taken any more
@@ -135,16 +185,14 @@ class MirrorStore:
                 held.compact()
             for name in record.channels:
                 topic.channel(name).add(held.batches)
-            topic.held = MirroredQueue()
+            held.drop()
         elif isinstance(record, DropChannel):
-            self.topics.get(record.topic, _NO_TOPIC).channels.pop(record.channel, None)
+            self.topics.get(record.topic, _NO_TOPIC).channels.pop(record.channel, _NO_QUEUE).drop()
         elif isinstance(record, DropTopic):
             if record.held_only:
-                emptied = self.topics.get(record.topic)
-                if emptied is not None:
-                    emptied.held = MirroredQueue()
+                self.topics.get(record.topic, _NO_TOPIC).held.drop()
             else:
-                self.topics.pop(record.topic, None)
+                self.topics.pop(record.topic, _NO_TOPIC).drop()
         self.applied = record.sequence
 
     def take_snapshot(self, frame: Snapshot | SnapshotEnd) -> None:
@@ -154,6 +202,7 @@ class MirrorStore:
             raise OutOfOrder(f"{self.origin} (epoch {self.epoch}) is gone from the cluster: its records are refused")
         if frame.sequence != self._snapshot_at:
             self.topics.clear()
+            self.files.clear()
             self._snapshot_at = frame.sequence
             self.complete = False
         if isinstance(frame, Snapshot):
@@ -178,9 +227,17 @@ class MirrorStore:
             topic = self.topics[name] = MirroredTopic()
         return topic
 
+    def close(self) -> None:
+        """No longer needed: its files deleted."""
+        self.topics.clear()
+        self.files.close()
+
     def _publish(self, record: Publish) -> None:
+        messages = record.messages
+        segment, offset = self.files.write(messages.data)  # first: a failed write changes nothing
         topic = self._topic(record.topic)
-        batch = [Batch(record.messages, record.defer_ms * 1_000_000)]
+        batch = [Batch(segment, offset, len(messages.data), messages.count, messages.ids(),
+                       record.defer_ms * 1_000_000)]
         if not record.channels:
             topic.held.add(batch)
         for name in record.channels:
@@ -207,4 +264,5 @@ class MirrorStore:
                 for name, topic in self.topics.items()}
 
 
-_NO_TOPIC = MirroredTopic()
+_NO_TOPIC = MirroredTopic()  # stands for a topic or channel the store does not have: dropping it changes nothing
+_NO_QUEUE = MirroredQueue()

@@ -56,9 +56,10 @@ class Refuse:
 class Messages:
     """``count`` messages, encoded as the link carries them (``QueuedMessage`` tuples when read)."""
 
-    def __init__(self, data: bytes, count: int) -> None:
+    def __init__(self, data: bytes, count: int, ids: bytes | None = None) -> None:
         self.data = data
         self.count = count
+        self._ids = ids
 
     @staticmethod
     def of(messages: Iterable[QueuedMessage]) -> Messages:
@@ -80,6 +81,12 @@ class Messages:
             at += header + size
             yield msg_id, data[at - size:at], timestamp, attempts
 
+    def ids(self) -> bytes:
+        """Their IDs, one after another."""
+        if self._ids is None:
+            self._ids = _ids_of(self.data, self.count)
+        return self._ids
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Messages) and (self.count, self.data) == (other.count, other.data)
 
@@ -87,15 +94,17 @@ class Messages:
         return f"Messages({list(self)!r})"
 
 
-def _check_messages(data: bytes, count: int) -> None:
-    """That ``data`` is ``count`` messages exactly, without decoding them."""
-    at, unpack, header = 0, _MESSAGE.unpack_from, _MESSAGE.size
+def _ids_of(data: bytes, count: int) -> bytes:
+    """The IDs of ``count`` messages, one after another, checking on the way that ``data`` is exactly those."""
+    at, size_at, header, ids = 0, _COUNT.unpack_from, _MESSAGE.size, []
     for _ in range(count):
         if at + header > len(data):
             raise WireError("frame ends inside a field")
-        at += header + unpack(data, at)[3]
+        ids.append(data[at:at + 16])
+        at += header + size_at(data, at + header - 4)[0]
     if at != len(data):
         raise WireError("frame ends inside a field" if at > len(data) else f"{len(data) - at} bytes left over in a frame")
+    return b"".join(ids)
 
 
 @dataclass(frozen=True)
@@ -290,8 +299,7 @@ def _decode(kind: int, body: bytes) -> Frame:
         (defer_ms,) = reader.unpack(_DEFER)
         (count,) = reader.unpack(_COUNT)
         data = reader.take(len(body) - reader.at)
-        _check_messages(data, count)
-        frame = Publish(sequence, topic, channels, defer_ms, Messages(data, count))
+        frame = Publish(sequence, topic, channels, defer_ms, Messages(data, count, _ids_of(data, count)))
     elif kind == _FINISH:
         (sequence,) = reader.unpack(_SEQUENCE)
         topic, channel = reader.name(), reader.name()
