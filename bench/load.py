@@ -10,6 +10,7 @@ import selectors
 import socket
 import struct
 import time
+from collections import deque
 from typing import cast
 
 from shared.protocol.frames import MAGIC_V2, encode_command, encode_mpub
@@ -50,27 +51,33 @@ def _expect_ok(sock: socket.socket) -> None:
 
 
 def publish(address: tuple[str, int], topic: str, batch: int, size: int, start_at: float,
-            duration: float, command: bytes = b"", pause: float = 0.0) -> tuple[int, list[float]]:
+            duration: float, command: bytes = b"", pause: float = 0.0, window: int = 1) -> tuple[int, list[float]]:
     """PUB (batch 1) or MPUB (batch > 1, or ``command=b"MPUB"``), each waiting for its OK, until
     ``start_at + duration``: messages acknowledged, and every round trip in seconds. ``pause``: seconds spent
-    spinning after each OK before the next request, as a slower client (or a client on a slower core) sends."""
+    spinning after each OK before the next request, as a slower client (or a client on a slower core) sends.
+    ``window``: requests sent before their OKs are read, as a client publishing asynchronously keeps them (pynsq's
+    ``Writer``, go-nsq's ``PublishAsync``); each round trip runs from its request to its OK."""
     sock = connect(address)
     body = b"x" * size
     frame = encode_mpub(topic.encode(), [body] * batch) if batch > 1 or command == b"MPUB" else \
         encode_command(b"PUB", topic.encode(), body=body)
     count = 0
     round_trips = []
+    in_flight: deque[float] = deque()
     clock = time.perf_counter
     time.sleep(max(0.0, start_at - time.time()))
     end = clock() + (start_at + duration - time.time())
     while True:
         sent = clock()
-        if sent >= end:
+        while sent < end and len(in_flight) < window:
+            sock.sendall(frame)
+            in_flight.append(sent)
+            sent = clock()
+        if not in_flight:
             break
-        sock.sendall(frame)
         _expect_ok(sock)
         answered = clock()
-        round_trips.append(answered - sent)
+        round_trips.append(answered - in_flight.popleft())
         count += batch
         while pause and clock() - answered < pause:
             pass

@@ -10,6 +10,10 @@ shares. Besides that loop it owns:
   of an ``upgrade``) makes the session wait (``SessionV2.wait``): reading pauses, nothing after it is checked or
   run, and what was already read stays in the session (or, compressed, in the codec's iterator) until the wait ends
   and it runs in order;
+- publishes answered in order (``_answers``): a publish that waits for its copies on the mirrors (or for its topic to
+  start) does not hold up the publishes after it, which go into their topics and to the mirrors meanwhile, so a
+  producer that sends several before reading the answers gets one round trip to the mirrors for all of them; any
+  other request waits until the publishes before it are answered;
 - compressed input, once ``upgrade`` switched to snappy or deflate: inflated piece by piece, each piece run before
   the next is inflated, so a small input that inflates enormously stops at a wait or when the connection closes;
 - backpressure: while the socket's send buffer is full, what is read from the client is limited.
@@ -23,12 +27,13 @@ import asyncio
 import itertools
 import logging
 import ssl
+from collections import deque
 from typing import TYPE_CHECKING, Awaitable, Iterator, Protocol, cast
 
 from shared.addresses import join_host_port
 from shared.protocol.compression import Codec, CompressionError
 from shared.protocol.errors import ClientError, ProtocolError
-from shared.protocol.session_v2 import Limits, Request, SessionV2
+from shared.protocol.session_v2 import Limits, Publish, Request, SessionV2
 
 from .client import Client, ClientDefaults, EndOfTurnFlush
 from .commands_v2 import HANDLERS
@@ -92,6 +97,10 @@ class ConnectionV2(asyncio.Protocol):
         self._inflating: Iterator[bytes] | None = None
         # what the waiting request waits for (the auth server, a topic's start, the TLS handshake)
         self._wait: asyncio.Task[None] | None = None
+        # publishes not answered yet, oldest first; a request that is not a publish waits for them (``_postponed``)
+        self._answers: deque[asyncio.Future[bytes | None]] = deque()
+        self._all_answered: asyncio.Future[None] | None = None
+        self._postponed: Request | None = None
 
     # -- connection lifecycle --------------------------------------------------------------------------------
 
@@ -112,6 +121,9 @@ class ConnectionV2(asyncio.Protocol):
         self.heartbeats.stop()
         if self._wait is not None:
             self._wait.cancel()
+        for answer in self._answers:
+            answer.cancel()
+        self._answers.clear()
         self.client.disconnected()
         self.broker.disconnected(self)
 
@@ -186,8 +198,16 @@ class ConnectionV2(asyncio.Protocol):
     def _run(self, requests: Iterator[Request]) -> None:
         """Acts on requests in order until one has to wait (the session then holds the rest back)."""
         client = self.client
+        answers = self._answers
         try:
             for request in requests:
+                if answers:  # publishes still to be answered: this one's answer goes after theirs
+                    if request.__class__ is not Publish or len(answers) >= PUBLISHES_IN_FLIGHT:
+                        self._postponed = request
+                        self.wait_for(self._until_answered())
+                        return
+                    self._answer_in_order(self._handled(request))
+                    continue
                 try:
                     reply = HANDLERS[request.__class__](self, request)
                 except ClientError as error:
@@ -195,11 +215,19 @@ class ConnectionV2(asyncio.Protocol):
                     continue
                 if reply is None:
                     continue
-                if reply.__class__ is not bytes:  # it waits for something (the auth server, a topic's start)
+                if reply.__class__ is not bytes:  # it waits for something (the mirrors, the auth server, ...)
+                    if request.__class__ is Publish:  # the publishes after it go on meanwhile
+                        self._answer_in_order(reply)
+                        continue
                     self.wait_for(self._answer_when_done(cast(Awaitable[bytes | None], reply)))
                     return
                 client.queue_response(reply)
         except ProtocolError as error:
+            if answers:  # answered, and the connection closed, once the publishes before it are
+                self.session.wait()
+                self.transport.pause_reading()
+                self._answer_in_order(error)
+                return
             self.answer_error(error)
             self.close()
             return
@@ -240,7 +268,10 @@ class ConnectionV2(asyncio.Protocol):
             return
         if self.transport.is_closing():
             return
-        self._run(self.session.resume())
+        requests = self.session.resume()
+        if self._postponed is not None:
+            requests, self._postponed = itertools.chain((self._postponed,), requests), None
+        self._run(requests)
         if self._inflating is not None:
             self._run_inflated()
         if self._may_read():
@@ -255,6 +286,59 @@ class ConnectionV2(asyncio.Protocol):
         return not client.write_paused or (client.channel is not None
                                            and self.transport.get_write_buffer_size() <= _UNREAD_REPLIES_LIMIT)
 
+    def _handled(self, request: Publish) -> object:
+        """The publish's reply, or the error it was refused with."""
+        try:
+            return HANDLERS[Publish](self, request)
+        except ProtocolError as error:
+            return error
+
+    def _answer_in_order(self, reply: object) -> None:
+        """``reply`` (bytes, an awaitable or an error) is written once every earlier publish is answered."""
+        if isinstance(reply, (bytes, ProtocolError)) or reply is None:
+            answer: asyncio.Future[bytes | None] = self._loop.create_future()
+            if isinstance(reply, ProtocolError):
+                answer.set_exception(reply)
+            else:
+                answer.set_result(reply)
+        else:
+            answer = asyncio.ensure_future(cast(Awaitable[bytes | None], reply))
+        self._answers.append(answer)
+        answer.add_done_callback(self._answered)
+
+    def _answered(self, _: asyncio.Future[bytes | None]) -> None:
+        """Writes the answers that are ready, oldest first; a refusal closes the connection."""
+        answers, client = self._answers, self.client
+        if self.transport.is_closing():
+            return
+        while answers and answers[0].done():
+            answer = answers.popleft()
+            if answer.cancelled():
+                continue
+            error = answer.exception()
+            if isinstance(error, ClientError):
+                self.answer_error(error)
+            elif error is not None:
+                if not isinstance(error, ProtocolError):  # a bug of ours
+                    log.error("[%s] - failed to process a command", client, exc_info=error)
+                else:
+                    self.answer_error(error)
+                for later in answers:
+                    later.cancel()
+                answers.clear()
+                self.close()
+                break
+            elif (reply := answer.result()) is not None:
+                client.queue_response(reply)
+        client.flush()
+        if not answers and self._all_answered is not None and not self._all_answered.done():
+            self._all_answered.set_result(None)
+
+    async def _until_answered(self) -> None:
+        if self._answers:
+            self._all_answered = self._loop.create_future()
+            await self._all_answered
+
     async def _answer_when_done(self, work: Awaitable[bytes | None]) -> None:
         """A request's answer once what it waits for is done; a refusal closes the connection."""
         try:
@@ -267,5 +351,7 @@ class ConnectionV2(asyncio.Protocol):
             self.client.queue_response(reply)
 
 
+# publishes of one connection waiting for their copies at once; the next request waits until all are answered
+PUBLISHES_IN_FLIGHT = 256
 # how much a consumer whose socket does not drain may have waiting to be written before nsqd stops reading it
 _UNREAD_REPLIES_LIMIT = 4 * 1024 * 1024

@@ -14,7 +14,7 @@ from typing import Any
 from harness.etcd import EtcdCluster
 from harness.processes import NSQDProcess, wait_for
 from harness.wire import WireClient
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame
+from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_command, encode_mpub
 
 
 def replication(nsqd: NSQDProcess) -> dict[str, Any]:
@@ -82,6 +82,41 @@ def test_a_publish_is_held_by_both_mirrors_before_it_is_acknowledged_and_finishe
         assert f'nsq_replication_mirror_lag{{mirror="127.0.0.1:{mirror.tcp_port}"}} 0.0' in metrics
     assert "nsq_replication_in_sync_recorded 2.0" in metrics and "nsq_replication_refused_publishes_total 0.0" in metrics
     assert f'nsq_replication_mirrored_depth{{origin="127.0.0.1:{a.tcp_port}"}} 1.0' in b.http("GET", "/metrics")[2].decode()
+
+
+def test_publishes_sent_together_are_mirrored_together_and_answered_in_order(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    """A producer that sends publishes without waiting for each answer (pynsq's and go-nsq's asynchronous
+    publishing) has them all mirrored at once; the answers come in order, and whatever follows them waits."""
+    a, b, c = start_cluster(etcd, nsqd_factory)
+    ok = Frame(FRAME_TYPE_RESPONSE, b"OK")
+
+    async def send_together(*requests: bytes, expected: int = 1000) -> list[Frame]:
+        client = await WireClient.connect(a.tcp_address)
+        client.send(b"".join(requests))
+        frames: list[Frame] = []
+        try:
+            while len(frames) < expected:
+                frames.append(await client.read_frame())
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass  # closed by nsqd, or nothing more to read
+        client.writer.close()
+        return frames
+
+    publishes = [encode_command(b"PUB", b"orders", body=b"%d" % number) for number in range(100)]
+    frames = asyncio.run(send_together(*publishes, encode_mpub(b"orders", [b"x", b"y", b"z"]),
+                                       encode_command(b"DPUB", b"orders", b"60000", body=b"later"),
+                                       encode_command(b"PUB", b"bad!topic", body=b"refused"),
+                                       encode_command(b"PUB", b"orders", body=b"never read")))
+    assert frames[:102] == [ok] * 102
+    assert frames[102].frame_type == FRAME_TYPE_ERROR and frames[102].data.startswith(b"E_BAD_TOPIC"), frames[102:]
+    assert len(frames) == 103  # and the connection closed
+    assert mirrored_depth(b, a) == mirrored_depth(c, a) == 104  # held by both before the answers went out
+
+    # a request that is not a publish waits for the answers before it: here SUB, then CLS after it
+    frames = asyncio.run(send_together(*publishes[:20], encode_command(b"SUB", b"orders", b"archive"),
+                                       encode_command(b"CLS"), expected=22))
+    assert frames == [ok] * 21 + [Frame(FRAME_TYPE_RESPONSE, b"CLOSE_WAIT")], frames
 
 
 def test_a_lost_mirror_falls_out_and_too_few_copies_refuse_the_publish(
