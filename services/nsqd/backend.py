@@ -11,6 +11,8 @@ from typing import Callable, Protocol
 class Backend(Protocol):
     name: str
     dropped_count: int
+    # told of the payloads a cap with drop-oldest dropped (for the mirrors); None: nobody asked
+    on_drop: Callable[[list[bytes]], None] | None
 
     @property
     def depth(self) -> int: ...
@@ -44,6 +46,7 @@ class NullBackend:
     def __init__(self, name: str) -> None:
         self.name = name
         self.dropped_count = 0
+        self.on_drop: Callable[[list[bytes]], None] | None = None  # never told: what it drops was never kept
 
     def put(self, payloads: list[bytes], capped: bool = True) -> None:
         self.dropped_count += len(payloads)

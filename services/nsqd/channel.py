@@ -103,6 +103,8 @@ class Channel:
         self._opts = opts
         self._on_last_client_gone = on_last_client_gone
         self.origin: Origin | None = None  # where finishes are recorded for mirrors (set by the topic)
+        self.queue.report_drops(self._dropped)
+        self.dead_letters.report_drops(self._dead_letters_dropped)
         self.e2e: LatencyWindow | None = None
         if opts.e2e_processing_latency_percentiles:
             self.e2e = LatencyWindow(opts.e2e_processing_latency_percentiles,
@@ -122,6 +124,15 @@ class Channel:
     @property
     def dropped_count(self) -> int:
         return self.queue.dropped_count
+
+    def _dropped(self, ids: list[bytes]) -> None:
+        """The cap dropped the oldest (drop-oldest): done with, as a finish is."""
+        if self.origin is not None:
+            self.origin.finished(self.topic_name, self.name, ids)
+
+    def _dead_letters_dropped(self, ids: list[bytes]) -> None:
+        if self.origin is not None:
+            self.origin.finished(self.topic_name, dead_letters_of(self.name), ids)
 
     # -- messages in ---------------------------------------------------------------------------------------
 

@@ -73,6 +73,7 @@ class DiskQueue:
         self._cap = QueueCap(name, max_bytes, drop_oldest)
         self._capped = max_bytes > 0
         self.dropped_count = 0
+        self.on_drop: Callable[[list[bytes]], None] | None = None
         self._bytes = self._unread_bytes()  # of the records waiting to be read
 
     # -- state -------------------------------------------------------------------------------------------
@@ -236,6 +237,8 @@ class DiskQueue:
                 break
             self._unsynced += self._held.release_payloads(dropped)
             self.dropped_count += len(dropped)
+            if self.on_drop is not None:
+                self.on_drop(dropped)
 
     def _unread_bytes(self) -> int:
         """The bytes of the records from the read position to the write position, from the files' sizes."""

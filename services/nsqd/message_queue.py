@@ -32,7 +32,7 @@ from typing import Callable, ClassVar
 from .backend import Backend
 from .deferred_store import DeferredStore
 from .health import Health
-from .message import ID, BODY, QueuedMessage, decode, encode
+from .message import ID, BODY, QueuedMessage, decode, encode, message_id
 from .queue_cap import QueueFull
 from .segment_files import MIN_RECORD
 
@@ -71,6 +71,10 @@ class MessageQueue:
     @property
     def dropped_count(self) -> int:
         return self._backend.dropped_count
+
+    def report_drops(self, dropped: Callable[[list[bytes]], None]) -> None:
+        """``dropped`` is told the IDs of the messages a cap with drop-oldest drops."""
+        self._backend.on_drop = lambda payloads: dropped([message_id(payload) for payload in payloads])
 
     @property
     def room(self) -> int:

@@ -26,7 +26,7 @@ from .channel import Channel
 from .guid import GuidFactory
 from .message import QueuedMessage
 from .queue_cap import QueueFull
-from .replication.wire import DEAD_LETTERS
+from .replication.wire import DEAD_LETTERS, TOPIC_QUEUE
 
 T = TypeVar("T")
 
@@ -67,6 +67,7 @@ class Topic:
         self._on_channel_change = on_channel_change
         # where what happens to this topic's messages is recorded for its mirrors (replication on, not ephemeral)
         self.origin: Origin | None = None
+        self.queue.report_drops(self._dropped)
 
     def __repr__(self) -> str:
         return f"Topic({self.name})"
@@ -139,6 +140,11 @@ class Topic:
         if self.origin is None:
             return None
         return self.origin.published(self.name, (channel_name,), defer_ms, entries)
+
+    def _dropped(self, ids: list[bytes]) -> None:
+        """The cap dropped the oldest it held (drop-oldest)."""
+        if self.origin is not None:
+            self.origin.finished(self.name, TOPIC_QUEUE, ids)
 
     def new_ids(self, count: int) -> list[bytes]:
         return self._guid.next_ids(count)

@@ -119,6 +119,27 @@ def test_publishes_sent_together_are_mirrored_together_and_answered_in_order(
     assert frames == [ok] * 21 + [Frame(FRAME_TYPE_RESPONSE, b"CLOSE_WAIT")], frames
 
 
+def test_what_a_full_queue_drops_with_drop_oldest_is_dropped_on_the_mirrors_too(
+        etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    record = 4 + 26 + 100  # a 100-byte body on disk
+    a, b, c = start_cluster(etcd, nsqd_factory, "--mem-queue-size=10", f"--max-bytes-per-queue={50 * record}",
+                            "--queue-full-policy=drop-oldest")
+    assert a.http("POST", "/topic/create?topic=orders")[0] == 200
+    assert a.http("POST", "/channel/create?topic=orders&channel=archive")[0] == 200
+    assert a.http("POST", "/topic/create?topic=held")[0] == 200  # no channel: the topic holds them itself
+    for start in range(0, 200, 20):
+        for topic in ("orders", "held"):
+            bodies = b"\n".join(b"%06d".ljust(100, b".") % number for number in range(start, start + 20))
+            assert a.http("POST", f"/mpub?topic={topic}", bodies)[0] == 200
+    channel = a.channel_stats("orders", "archive")
+    held = json.loads(a.http("GET", "/stats?format=json&topic=held")[2])["topics"][0]
+    assert channel["dropped_count"] >= 140 and held["dropped_count"] >= 140
+    # the mirrors hold what a still has: the dropped messages would come back after a failover otherwise
+    expected = channel["depth"] + held["depth"]
+    wait_for(lambda: mirrored_depth(b, a) == mirrored_depth(c, a) == expected, 5,
+             lambda: f"{mirrored_depth(b, a)}, {mirrored_depth(c, a)} mirrored of {expected}")
+
+
 def test_a_lost_mirror_falls_out_and_too_few_copies_refuse_the_publish(
         etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
     a, b, c = start_cluster(etcd, nsqd_factory, "--replication-timeout=1s")

@@ -10,8 +10,8 @@ import pytest
 
 from services.nsqd.replication.mirror_files import MirrorFiles
 from services.nsqd.replication.mirror_store import COMPACT_AT, MirrorStore, OutOfOrder
-from services.nsqd.replication.wire import (Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Requeue,
-                                            Snapshot, SnapshotEnd)
+from services.nsqd.replication.wire import (TOPIC_QUEUE, Distribute, DropChannel, DropTopic, Finish, Messages,
+                                            Publish, Requeue, Snapshot, SnapshotEnd)
 
 
 def ids(count: int, start: int = 0) -> list[bytes]:
@@ -49,6 +49,17 @@ def test_a_topic_without_channels_holds_its_messages_until_it_hands_them_out(tmp
     store.apply(publish(3, "t", (), ids(1, 10)))  # paused, say: held again
     store.apply(DropTopic(4, "t", held_only=True))  # /topic/empty
     assert store.depth == 6
+
+
+def test_what_a_topic_holds_and_drops_is_finished_there(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
+    held = ids(3)
+    store.apply(publish(1, "t", (), held))
+    store.apply(Finish(2, "t", TOPIC_QUEUE, tuple(held[:2])))  # its cap dropped the oldest two
+    store.apply(Finish(3, "elsewhere", TOPIC_QUEUE, tuple(held)))  # no such topic: nothing changes
+    assert outstanding(store) == {("t", None, held[2])}
+    store.apply(Distribute(4, "t", ("c",)))
+    assert outstanding(store) == {("t", "c", held[2])}
 
 
 def test_channels_and_topics_dropped_take_their_messages(tmp_path: Path) -> None:

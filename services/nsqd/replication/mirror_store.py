@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from ..message import BODY, ID, TIMESTAMP, QueuedMessage
 from .mirror_files import MirrorFiles, Segment
-from .wire import (Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Record, Requeue, Snapshot,
-                   SnapshotEnd)
+from .wire import (TOPIC_QUEUE, Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Record, Requeue,
+                   Snapshot, SnapshotEnd)
 
 COMPACT_AT = 4096
 
@@ -171,9 +171,11 @@ class MirrorStore:
         if isinstance(record, Publish):
             self._publish(record)
         elif isinstance(record, Finish):
-            queue = self.topics.get(record.topic, _NO_TOPIC).channels.get(record.channel)
-            if queue is not None:
-                queue.finish(record.ids)
+            topic = self.topics.get(record.topic)
+            if topic is not None:
+                queue = topic.held if record.channel == TOPIC_QUEUE else topic.channels.get(record.channel)
+                if queue is not None:
+                    queue.finish(record.ids)
         elif isinstance(record, Requeue):
             queue = self.topics.get(record.topic, _NO_TOPIC).channels.get(record.channel)
             if queue is not None:

@@ -129,7 +129,8 @@ class Distribute:
 
 @dataclass(frozen=True)
 class Finish:
-    """``channel`` is done with these messages: finished, or dropped (TTL, a full queue's oldest)."""
+    """``channel`` is done with these messages: finished, or dropped (TTL, a full queue's oldest); ``TOPIC_QUEUE``:
+    the topic dropped them from what it holds."""
 
     sequence: int
     topic: str
@@ -194,6 +195,8 @@ _REQUEUED = struct.Struct(">16sHq")
 
 # where a channel's dead letters are, as the link names them: a name no channel can have
 DEAD_LETTERS = ":dead"
+# a Finish's channel for the messages the topic itself holds (dropped by its cap)
+TOPIC_QUEUE = ""
 
 
 def dead_letters_of(channel: str) -> str:
