@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Awaitable, Iterator, Protocol, cast
 from shared.addresses import join_host_port
 from shared.protocol.compression import Codec, CompressionError
 from shared.protocol.errors import ClientError, ProtocolError
-from shared.protocol.session_v2 import Limits, Publish, Request, SessionV2
+from shared.protocol.session_v2 import CreateTopic, Limits, Publish, Request, SessionV2
 
 from .client import Client, ClientDefaults, EndOfTurnFlush
 from .commands_v2 import HANDLERS
@@ -202,11 +202,16 @@ class ConnectionV2(asyncio.Protocol):
         try:
             for request in requests:
                 if answers:  # publishes still to be answered: this one's answer goes after theirs
-                    if request.__class__ is not Publish or len(answers) >= PUBLISHES_IN_FLIGHT:
+                    kind = request.__class__
+                    if kind is CreateTopic:  # a publish whose body is refused: its error follows, in order
+                        HANDLERS[kind](self, request)
+                        continue
+                    if kind is not Publish or len(answers) >= PUBLISHES_IN_FLIGHT:
                         self._postponed = request
                         self.wait_for(self._until_answered())
                         return
-                    self._answer_in_order(self._handled(request))
+                    # refused: the error is answered in order below, and nothing after it runs
+                    self._answer_in_order(HANDLERS[kind](self, request))
                     continue
                 try:
                     reply = HANDLERS[request.__class__](self, request)
@@ -286,13 +291,6 @@ class ConnectionV2(asyncio.Protocol):
         return not client.write_paused or (client.channel is not None
                                            and self.transport.get_write_buffer_size() <= _UNREAD_REPLIES_LIMIT)
 
-    def _handled(self, request: Publish) -> object:
-        """The publish's reply, or the error it was refused with."""
-        try:
-            return HANDLERS[Publish](self, request)
-        except ProtocolError as error:
-            return error
-
     def _answer_in_order(self, reply: object) -> None:
         """``reply`` (bytes, an awaitable or an error) is written once every earlier publish is answered."""
         if isinstance(reply, (bytes, ProtocolError)) or reply is None:
@@ -313,23 +311,24 @@ class ConnectionV2(asyncio.Protocol):
             return
         while answers and answers[0].done():
             answer = answers.popleft()
-            if answer.cancelled():
-                continue
-            error = answer.exception()
-            if isinstance(error, ClientError):
+            # only this connection cancels its answers, once they are out of the queue: anything else is a bug
+            error = answer.exception() if not answer.cancelled() else asyncio.CancelledError("answer cancelled")
+            if error is None:
+                if (reply := answer.result()) is not None:
+                    client.queue_response(reply)
+            elif isinstance(error, ClientError):
                 self.answer_error(error)
-            elif error is not None:
-                if not isinstance(error, ProtocolError):  # a bug of ours
-                    log.error("[%s] - failed to process a command", client, exc_info=error)
-                else:
+            else:
+                if isinstance(error, ProtocolError):
                     self.answer_error(error)
+                else:
+                    log.error("[%s] - failed to process a command", client, exc_info=error)
+                # the publishes after it were taken: unanswered, a retry makes duplicates, never a loss
                 for later in answers:
                     later.cancel()
                 answers.clear()
                 self.close()
                 break
-            elif (reply := answer.result()) is not None:
-                client.queue_response(reply)
         client.flush()
         if not answers and self._all_answered is not None and not self._all_answered.done():
             self._all_answered.set_result(None)

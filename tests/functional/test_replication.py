@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -112,6 +113,12 @@ def test_publishes_sent_together_are_mirrored_together_and_answered_in_order(
     assert frames[102].frame_type == FRAME_TYPE_ERROR and frames[102].data.startswith(b"E_BAD_TOPIC"), frames[102:]
     assert len(frames) == 103  # and the connection closed
     assert mirrored_depth(b, a) == mirrored_depth(c, a) == 104  # held by both before the answers went out
+
+    # a publish whose body is refused after its topic was made: its error comes in its place too
+    empty_message = b"MPUB fresh\n" + struct.pack(">III", 8, 1, 0)
+    frames = asyncio.run(send_together(*publishes[:10], empty_message, publishes[0]))
+    assert frames[:10] == [ok] * 10 and len(frames) == 11, frames
+    assert frames[10].frame_type == FRAME_TYPE_ERROR and frames[10].data.startswith(b"E_BAD_MESSAGE"), frames[10]
 
     # a request that is not a publish waits for the answers before it: here SUB, then CLS after it
     frames = asyncio.run(send_together(*publishes[:20], encode_command(b"SUB", b"orders", b"archive"),

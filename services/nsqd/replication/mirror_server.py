@@ -85,10 +85,10 @@ class MirrorLinkServer(asyncio.Protocol):
         if store is not None and hello.epoch == store.epoch and store.fenced:
             raise WireError(f"{hello.origin} (epoch {hello.epoch}) is gone from the cluster: its records are refused")
         if store is None or hello.epoch > store.epoch:
-            if store is not None:
-                store.close()
             # records before ``hello.sequence`` went to other mirrors, or are gone: the origin knows which
             files = MirrorFiles(self._directory / f"{_file_name(hello.origin)}-{hello.epoch}")
+            if store is not None:
+                store.close()
             store = self._stores[hello.origin] = MirrorStore(hello.origin, hello.epoch, files, hello.sequence - 1)
             log.info("REPLICATION: mirroring %s (epoch %d)", hello.origin, hello.epoch)
             self._store = store
