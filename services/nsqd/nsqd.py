@@ -436,7 +436,8 @@ class NSQD:
     async def _adopt(self, store: MirrorStore) -> int:
         """A lost origin's outstanding messages into this nsqd's topics and channels; done once this nsqd's own
         mirrors hold them (those that could not have enough copies are kept here all the same). Read from the copy's
-        files and put into the queues ``ADOPT_CHUNK`` at a time, so that a deep backlog is never all in memory."""
+        files and put into the queues ``ADOPT_CHUNK`` at a time, so that a deep backlog is never all in memory, nor
+        holds up the event loop (the copy is fenced: nothing changes it meanwhile)."""
         now, count = time.time_ns(), 0
         waits: list[Awaitable[None]] = []
         groups: dict[tuple[str, str | None, int], list[QueuedMessage]] = {}
@@ -446,6 +447,7 @@ class NSQD:
             count += 1
             if count % ADOPT_CHUNK == 0:
                 self._take_adopted(groups, waits)
+                await asyncio.sleep(0)
         self._take_adopted(groups, waits)
         for result in await asyncio.gather(*waits, return_exceptions=True):
             if isinstance(result, Exception):

@@ -105,7 +105,7 @@ class Adoption:
             await asyncio.sleep(CHECK)
         if self._stores.get(origin) is store:
             del self._stores[origin]
-            store.close()
+        store.close()  # fenced, so this is its last user
 
     async def _settled(self, key: str, store: MirrorStore) -> bool:
         """One look at the origin's record: True once this mirror's copy is no longer needed."""

@@ -87,7 +87,7 @@ class MirrorLinkServer(asyncio.Protocol):
         if store is None or hello.epoch > store.epoch:
             # records before ``hello.sequence`` went to other mirrors, or are gone: the origin knows which
             files = MirrorFiles(self._directory / f"{_file_name(hello.origin)}-{hello.epoch}")
-            if store is not None:
+            if store is not None and not store.fenced:  # a fenced copy is its adoption's to close
                 store.close()
             store = self._stores[hello.origin] = MirrorStore(hello.origin, hello.epoch, files, hello.sequence - 1)
             log.info("REPLICATION: mirroring %s (epoch %d)", hello.origin, hello.epoch)
