@@ -36,7 +36,8 @@ from .metadata import DataPathLock
 from .options import Options
 from .protocol_v2 import ConnectionV2, ListenerContext
 from .queue_scan import QueueScanner
-from .stats import GCPauses
+from .stats import GCPauses, collect
+from .statsd import StatsdPusher, expand_prefix
 from .topic import Topic
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ class NSQD:
         self.replication_address: tuple[str, int] = ("", 0)
         self._origin_changes: set[asyncio.Task[None]] = set()
         self._mirror_links: set[MirrorLinkServer] = set()
+        self._statsd: StatsdPusher | None = None  # with --statsd-address
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -147,6 +149,8 @@ class NSQD:
         await self.set_lookupd_addresses(self.opts.nsqlookupd_tcp_addresses)
         if self.opts.etcd_addresses:
             await self._start_replication()
+        if self.opts.statsd_address:
+            self._start_statsd()
         self._scan_task = asyncio.create_task(self._scanner.run(), name="queue-scan")
 
     async def stop(self) -> None:
@@ -159,6 +163,8 @@ class NSQD:
         for peer in self.lookup_peers.values():
             await peer.stop()
         await self._stop_replication()
+        if self._statsd is not None:
+            await self._statsd.stop()
         if self._node_id_check_start is not None:
             self._node_id_check_start.cancel()
             await asyncio.wait({self._node_id_check_start})
@@ -323,6 +329,15 @@ class NSQD:
                             external_tcp_port=opts.external_broadcast_tcp_port,
                             external_http_port=opts.external_broadcast_http_port)
         return identity
+
+    def _start_statsd(self) -> None:
+        opts = self.opts
+        prefix = expand_prefix(opts.statsd_prefix, opts.broadcast_address,
+                               opts.broadcast_http_port or self.http_address[1])
+        self._statsd = StatsdPusher(opts.statsd_address, opts.statsd_interval, opts.statsd_udp_packet_size,
+                                    prefix, opts.statsd_exclude_ephemeral,
+                                    lambda: collect(self, None, None, False, opts.statsd_mem_stats))
+        self._statsd.start()
 
     # -- replication -----------------------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ import socket
 import zlib
 from dataclasses import dataclass
 
-from shared.flags import FlagError, option
+from shared.addresses import split_host_port
+from shared.flags import FlagError, format_duration, option
 from shared.program import ProgramOptions
 
 
@@ -92,7 +93,7 @@ class Options(ProgramOptions):
     max_channel_consumers: int = option(0, "maximum channel consumer connection count per nsqd instance "
                                            "(default 0, i.e., unlimited)")
 
-    statsd_address: str = option("", "UDP <addr>:<port> of a statsd daemon for pushing stats (not supported)")
+    statsd_address: str = option("", "UDP <addr>:<port> of a statsd daemon for pushing stats")
     statsd_interval: float = option(60.0, "duration between pushing to statsd", kind="duration")
     statsd_mem_stats: bool = option(True, "toggle sending memory and GC stats to statsd")
     statsd_prefix: str = option("nsq.%s", "prefix used for keys sent to statsd (%s for host replacement)")
@@ -185,6 +186,16 @@ class Options(ProgramOptions):
             if getattr(self, name) <= 0:
                 raise FlagError(f"--{name.replace('_', '-')} must be > 0")
         self._validate_replication()
+        if self.statsd_address:
+            try:
+                split_host_port(self.statsd_address)
+            except ValueError:
+                raise FlagError(f"--statsd-address {self.statsd_address!r} must be <addr>:<port>") from None
+            # the packets are spread over the interval less a second: NSQ's nsqd panics on one of 1s or less
+            if self.statsd_interval <= 1:
+                raise FlagError(f"--statsd-interval {format_duration(self.statsd_interval)} must be more than 1s")
+            if self.statsd_udp_packet_size <= 0:
+                raise FlagError("--statsd-udp-packet-size must be > 0")
         if self.queue_scan_interval <= 0 or self.queue_scan_refresh_interval <= 0:
             raise FlagError("--queue-scan-interval and --queue-scan-refresh-interval must be > 0")
 
