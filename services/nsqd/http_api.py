@@ -58,6 +58,7 @@ def build_router(nsqd: NSQD) -> Router:
     router.add("GET", "/topic/peek", api.topic_peek)
     router.add("GET", "/channel/peek", api.channel_peek)
     router.add("PUT", "/config/:opt", api.config, lambda: opts.max_msg_size)
+    router.add("POST", "/debug/freememory", api.free_memory)
     return router
 
 
@@ -144,6 +145,13 @@ class _API:
         if health != "OK":
             return Response(f"NOK - {health}".encode(), 500)
         return Response(b"OK")
+
+    def free_memory(self, request: Request) -> Response:
+        """NSQ 1.3's ``/debug/freememory``, answered 200 (NSQ's own answers 500 once the memory is freed)."""
+        from . import stats
+
+        stats.give_back_memory()
+        return Response()
 
     def info(self, request: Request) -> Response:
         nsqd, opts = self.nsqd, self.opts

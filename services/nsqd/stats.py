@@ -8,6 +8,8 @@ no CPython counterpart (idle, released, next GC) are 0.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import os
 import sys
@@ -59,6 +61,17 @@ def memory_stats(pauses: GCPauses) -> dict[str, int]:
         "next_gc_bytes": 0,
         "gc_total_runs": sum(generation["collections"] for generation in gc.get_stats()),
     }
+
+
+def give_back_memory() -> None:
+    """What ``POST /debug/freememory`` does (Go's ``debug.FreeOSMemory``): a full collection, then glibc's
+    ``malloc_trim``, which returns the free pages of every arena to the OS (skipped where there is no glibc)."""
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _resident_bytes() -> int:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from harness.in_process import InProcessNSQD
-from harness.processes import FAST_SCAN, Service, wait_for_async
+from harness.processes import FAST_SCAN, Service, start_nsqd, wait_for_async
 from harness.wire import WireClient
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"
@@ -718,3 +718,25 @@ async def test_metrics(nsqd: Service, connect: Connect) -> None:
     assert {name: float(samples.get(name, "nan")) for name in expected} == expected
     assert float(samples["process_resident_memory_bytes"]) > 0
     assert "process_cpu_seconds_total" in samples and "process_open_fds" in samples
+
+
+def test_debug_freememory_gives_memory_back_to_the_os(tmp_path: Path) -> None:
+    """NSQ 1.3's POST /debug/freememory: a backlog held in memory, emptied, then its memory returned."""
+
+    def resident_mib(pid: int) -> int:
+        with open(f"/proc/{pid}/status") as status:
+            return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS:"))
+
+    nsqd = start_nsqd("--mem-queue-size=1000000", data_path=tmp_path)  # a process of its own, to measure
+    try:
+        nsqd.http("POST", "/topic/create?topic=held")
+        for _ in range(20):
+            nsqd.multi_publish("held", [b"x" * 1000] * 10_000)  # 200 MB in memory
+        nsqd.http("POST", "/topic/empty?topic=held")
+        emptied = resident_mib(nsqd.process.pid)
+        status, headers, body = nsqd.http("POST", "/debug/freememory")
+        assert (status, body) == (200, b"")
+        assert resident_mib(nsqd.process.pid) < emptied - 100, emptied
+        assert nsqd.http("GET", "/debug/freememory")[0] == 405
+    finally:
+        nsqd.stop()
