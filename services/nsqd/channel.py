@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol
 
 from shared.protocol.names import is_ephemeral
 
+from . import topology
 from .deadline_queue import DeadlineQueue
 from .latency_window import LatencyWindow
 from .message import ATTEMPTS, BODY, ID, TIMESTAMP, InFlightMessage, QueuedMessage, decode
@@ -47,6 +48,7 @@ class Consumer(Hashable, Protocol):
     msg_timeout: float
     sample_rate: int
     output_buffer_size: int
+    locality: int  # how near it is (topology.py)
 
     @property
     def room(self) -> int:
@@ -98,8 +100,12 @@ class Channel:
         self.expired_count = 0
         self.dead_letter_count = 0
         self.ttl_ns = round(opts.msg_ttl * 1e9)  # the topic sets its own
-        # deliveries to consumers; NSQ reports them as global_msg_count (not zone- or region-local)
+        # deliveries to consumers, by how near they were (topology.py): NSQ's global_msg_count, and with topology-
+        # aware delivery its zone_local_msg_count and region_local_msg_count
         self.delivered_count = 0
+        self.zone_local_count = 0
+        self.region_local_count = 0
+        self._topology_aware = topology.enabled(opts)
         self._opts = opts
         self._on_last_client_gone = on_last_client_gone
         self.origin: Origin | None = None  # where finishes are recorded for mirrors (set by the topic)
@@ -192,15 +198,38 @@ class Channel:
         return len(entries)
 
     def _next_consumer(self) -> Consumer | None:
-        """The next consumer with room, round robin. One that lost its room since it was listed leaves the list
-        here: a consumer tells the channel when it gains room, not when it loses it."""
+        """The next consumer with room, round robin (among the nearest, with topology-aware delivery). One that lost
+        its room since it was listed leaves the list here: a consumer tells the channel when it gains room, not when
+        it loses it."""
         ready = self._ready
+        if self._topology_aware:
+            return self._nearest_consumer()
         while ready:
             consumer = next(iter(ready))
             if consumer.room > 0:
                 return consumer
             del ready[consumer]
         return None
+
+    def _nearest_consumer(self) -> Consumer | None:
+        ready, nearest = self._ready, None
+        for consumer in list(ready):
+            if consumer.room <= 0:
+                del ready[consumer]
+            elif nearest is None or consumer.locality > nearest.locality:
+                nearest = consumer
+                if consumer.locality == topology.ZONE:
+                    break
+        return nearest
+
+    def _count_delivered(self, consumer: Consumer, count: int) -> None:
+        locality = consumer.locality
+        if locality == topology.ELSEWHERE:
+            self.delivered_count += count
+        elif locality == topology.ZONE:
+            self.zone_local_count += count
+        else:
+            self.region_local_count += count
 
     def _deliver(self, consumer: Consumer, entry: QueuedMessage, now: float) -> None:
         if consumer.sample_rate and _percentile() > consumer.sample_rate:
@@ -211,7 +240,7 @@ class Channel:
         if (self.ttl_ns or self.max_attempts) and not self._deliverable([entry]):
             return
         msg = InFlightMessage(entry, consumer, now, now + consumer.msg_timeout)
-        self.delivered_count += 1
+        self._count_delivered(consumer, 1)
         self.in_flight.push(msg)
         consumer.send_message(msg)
         ready = self._ready
@@ -310,7 +339,7 @@ class Channel:
             messages = [InFlightMessage(entry, consumer, now, deadline) for entry in entries]
         else:
             messages = [InFlightMessage(memory.popleft(), consumer, now, deadline) for _ in range(count)]
-        self.delivered_count += count
+        self._count_delivered(consumer, count)
         self.in_flight.push_all(messages)
         consumer.send_messages(messages)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MESSAGE_FRAME_HEADER, OK, encode_frame
 
 from .tls import connection_stats
+from .topology import ELSEWHERE
 
 if TYPE_CHECKING:
     import ssl
@@ -60,6 +61,8 @@ class Client:
         self.output_buffer_size = defaults.output_buffer_size
         self.output_buffer_timeout = defaults.output_buffer_timeout
         self.sample_rate = 0
+        self.topology_zone = self.topology_region = ""
+        self.locality = ELSEWHERE  # how near it is (topology.py)
         # set while the socket's send buffer is full: no deliveries until it drains (NSQ's pump blocks in write)
         self.write_paused = False
         # closes the connection (and takes the client out of its channel)
@@ -95,6 +98,8 @@ class Client:
         self.output_buffer_timeout = identity.output_buffer_timeout
         self.sample_rate = identity.sample_rate
         self.msg_timeout = identity.msg_timeout
+        self.topology_zone, self.topology_region = identity.topology_zone, identity.topology_region
+        self.locality = identity.locality
 
     def authenticated(self, auth: AuthState, secret: str) -> None:
         self.auth, self.auth_secret = auth, secret
@@ -227,7 +232,8 @@ class Client:
             "connect_ts": self.connect_ts, "sample_rate": self.sample_rate,
             "deflate": self.codec is not None and self.codec.name == "deflate",
             "snappy": self.codec is not None and self.codec.name == "snappy",
-            "user_agent": self.user_agent, "topology_zone": "", "topology_region": "",
+            "user_agent": self.user_agent, "topology_zone": self.topology_zone,
+            "topology_region": self.topology_region,
         }
         if self.pub_counts:
             stats["pub_counts"] = [{"topic": topic, "count": count} for topic, count in sorted(self.pub_counts.items())]

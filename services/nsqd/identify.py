@@ -15,6 +15,7 @@ from shared.version import VERSION
 
 from .client import ClientDefaults
 from .options import Options
+from .topology import ELSEWHERE, locality
 
 
 @dataclass
@@ -34,6 +35,9 @@ class Identity:
     deflate_level: int
     snappy: bool
     tls_v1: bool
+    topology_zone: str = ""
+    topology_region: str = ""
+    locality: int = ELSEWHERE  # how near the client is (topology.py)
 
 
 def _decode(body: bytes) -> dict[str, Any]:
@@ -81,6 +85,8 @@ def negotiate(body: bytes, opts: Options, current: Settings | None = None, tls_a
         sample_rate=_sample_rate(fields["sample_rate"]),
         msg_timeout=_msg_timeout(fields["msg_timeout"], current.msg_timeout, opts),
         deflate=False, deflate_level=6, snappy=False, tls_v1=False,
+        topology_zone=fields["topology_zone"], topology_region=fields["topology_region"],
+        locality=locality(fields["topology_zone"], fields["topology_region"], opts),
     )
     if identity.feature_negotiation:
         _negotiate_transport(identity, fields, opts, tls_available)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from services.nsqd import topology
 from services.nsqd.channel import Channel, ChannelError
 from services.nsqd.client import Client
 from services.nsqd.storage import Storage
@@ -229,8 +230,9 @@ class WindowConsumer:
     sample_rate = 0
     output_buffer_size = 16 * 1024
 
-    def __init__(self, consumer_id: int, ready: int) -> None:
+    def __init__(self, consumer_id: int, ready: int, locality: int = topology.ELSEWHERE) -> None:
         self.id = consumer_id
+        self.locality = locality
         self.ready, self.in_flight = ready, 0
         self.received: list[bytes] = []
         self.paused_by_send = False  # a full socket: the send that fills it pauses the consumer
@@ -277,6 +279,36 @@ def test_a_channel_needs_of_its_consumers_only_the_consumer_view() -> None:
     channel.finish(second, channel.in_flight.values()[1].id)
     channel.update_ready(second)
     assert second.received == [b"body1", b"body3"] and channel.depth == 1
+
+
+def test_topology_aware_delivery_prefers_the_zone_then_the_region_and_never_holds_a_message_back() -> None:
+    channel, _ = make_channel(enable_experiment=[topology.EXPERIMENT], topology_zone="z1", topology_region="r1")
+    far, region, zone, zone_too = (WindowConsumer(1, 10, topology.ELSEWHERE), WindowConsumer(2, 10, topology.REGION),
+                                   WindowConsumer(3, 2, topology.ZONE), WindowConsumer(4, 1, topology.ZONE))
+    for consumer in (far, region, zone, zone_too):
+        channel.add_client(consumer)
+        channel.update_ready(consumer)
+    channel.put_new([entry(n) for n in range(5)])
+    # the zone's consumers while they have room (round robin between them), then the region's
+    assert (zone.received, zone_too.received) == ([b"body0", b"body2"], [b"body1"])
+    assert region.received == [b"body3", b"body4"] and far.received == []
+    region.ready = 2  # the region's full too: whoever has room gets the rest
+    channel.put_new([entry(5)])
+    assert far.received == [b"body5"]
+    stats = channel_stats(channel, options(), False, time.monotonic())
+    assert (stats["zone_local_msg_count"], stats["region_local_msg_count"], stats["global_msg_count"]) == (3, 2, 1)
+
+
+def test_without_the_experiment_every_consumer_is_equal_and_deliveries_are_global() -> None:
+    channel, _ = make_channel(topology_zone="z1", topology_region="r1")
+    far, zone = WindowConsumer(1, 10), WindowConsumer(2, 10)  # what IDENTIFY makes of any client then
+    for consumer in (far, zone):
+        channel.add_client(consumer)
+        channel.update_ready(consumer)
+    channel.put_new([entry(n) for n in range(4)])
+    assert len(far.received) == len(zone.received) == 2
+    stats = channel_stats(channel, options(), False, time.monotonic())
+    assert stats["global_msg_count"] == 4 and "zone_local_msg_count" not in stats
 
 
 def test_a_consumer_that_loses_its_room_in_a_send_gets_nothing_more() -> None:

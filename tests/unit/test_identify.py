@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from services.nsqd import topology
 from services.nsqd.identify import Identity, negotiate, response
 from services.nsqd.options import Options
 from shared.protocol.errors import FatalClientError
@@ -52,7 +53,16 @@ def test_client_fields() -> None:
 
 
 def test_unknown_fields_are_ignored() -> None:
-    assert identify(long_id="x", topology_region="r", something_new=[1, 2]) == identify()
+    assert identify(long_id="x", something_new=[1, 2]) == identify()
+
+
+def test_where_the_client_is_is_kept_and_how_near_it_counts_only_with_the_experiment() -> None:
+    identity = identify(topology_zone="z", topology_region="r")
+    assert (identity.topology_zone, identity.topology_region, identity.locality) == ("z", "r", topology.ELSEWHERE)
+    aware = Options(enable_experiment=[topology.EXPERIMENT], topology_zone="z", topology_region="r")
+    for zone, region, locality in (("z", "r", topology.ZONE), ("y", "r", topology.REGION), ("y", "q", 0)):
+        body = json.dumps({"topology_zone": zone, "topology_region": region}).encode()
+        assert negotiate(body, aware).locality == locality
 
 
 def test_defaults_follow_options() -> None:
