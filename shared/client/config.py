@@ -39,6 +39,9 @@ class Config:
     sample_rate: int | None = None  # percent of the channel's messages this client receives
     output_buffer_size: int | None = None  # bytes
     output_buffer_timeout: int | None = None  # ms
+    # where this client is: an nsqd with topology-aware delivery prefers consumers in its zone, then its region
+    topology_zone: str | None = None
+    topology_region: str | None = None
     # the upgrades IDENTIFY negotiates: TLS with this context, then snappy or deflate
     tls: ssl.SSLContext | None = None
     snappy: bool = False
@@ -66,7 +69,7 @@ class Config:
         body: dict[str, Any] = {"feature_negotiation": True, "client_id": self.client_id, "hostname": self.hostname,
                                 "user_agent": self.user_agent, "tls_v1": self.tls is not None}
         for name in ("heartbeat_interval", "msg_timeout", "sample_rate", "output_buffer_size",
-                     "output_buffer_timeout", "deflate_level"):
+                     "output_buffer_timeout", "deflate_level", "topology_zone", "topology_region"):
             if (value := getattr(self, name)) is not None:
                 body[name] = value
         if self.snappy:

@@ -7,8 +7,9 @@ import asyncio
 import json
 from collections.abc import Callable
 
-from harness.processes import NSQDProcess
+from harness.processes import NSQDProcess, wait_for_async
 from harness.wire import WireClient
+from shared.client import Consumer, Message
 
 
 async def consumer(nsqd: NSQDProcess, zone: str, region: str) -> WireClient:
@@ -38,17 +39,27 @@ def test_the_nearest_consumers_get_the_messages_while_they_have_room(
     async def scenario() -> None:
         far = await consumer(nsqd, "us-1b", "us-1")
         region = await consumer(nsqd, "eu-1c", "eu-1")
-        zone = await consumer(nsqd, "eu-1a", "eu-1")
+        in_zone: list[Message] = []
+
+        async def handle(message: Message) -> None:
+            in_zone.append(message)
+
+        # the zone's consumer is this project's client, saying where it is through its Config
+        zone = Consumer("orders", "archive", handle, nsqd_tcp_addresses=["%s:%d" % nsqd.tcp_address],
+                        max_in_flight=100, topology_zone="eu-1a", topology_region="eu-1")
+        await zone.start()
+        await wait_for_async(lambda: nsqd.channel_stats("orders", "archive").get("client_count") == 3, 5,
+                             "three consumers")
         for number in range(20):
             nsqd.publish("orders", b"%d" % number)
-        assert [await received(client) for client in (zone, region, far)] == [20, 0, 0]
+        assert [await received(client) for client in (region, far)] == [0, 0]
+        assert len(in_zone) == 20
         stats = nsqd.channel_stats("orders", "archive")
         assert (stats["zone_local_msg_count"], "region_local_msg_count" in stats) == (20, False)
         clients = json.loads(nsqd.http("GET", "/stats?format=json&topic=orders")[2])["topics"][0]["channels"][0]
         assert {(c["topology_zone"], c["topology_region"]) for c in clients["clients"]} == {
             ("us-1b", "us-1"), ("eu-1c", "eu-1"), ("eu-1a", "eu-1")}
-        zone.writer.close()
-        await zone.writer.wait_closed()
+        await zone.stop()
         await asyncio.sleep(0.2)
         for number in range(10):
             nsqd.publish("orders", b"%d" % number)

@@ -27,6 +27,8 @@ def test_identify_carries_only_what_is_set() -> None:
         "heartbeat_interval": 5000, "msg_timeout": 60_000, "sample_rate": 10, "deflate": True, "deflate_level": 3,
         "tls_v1": True}
     assert "snappy" not in body and "output_buffer_size" not in body
+    body = Config(topology_zone="eu-1a", topology_region="eu-1").identify()
+    assert (body["topology_zone"], body["topology_region"]) == ("eu-1a", "eu-1")
 
 
 def test_the_client_id_is_the_short_hostname_as_go_nsq_sends_it() -> None:
