@@ -32,15 +32,17 @@ requires_chromium = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=
 
 
 @contextmanager
-def chromium_page(timezone_id: str | None = None,
-                  http_credentials: HttpCredentials | None = None) -> Iterator[Page]:
+def chromium_page(timezone_id: str | None = None, http_credentials: HttpCredentials | None = None,
+                  resolve: dict[str, str] | None = None) -> Iterator[Page]:
     """A fresh page in a headless chromium that is closed on the way out, whatever happened; ``timezone_id``
     (``"Asia/Kolkata"``) is the viewer's time zone, the machine's by default; ``http_credentials`` answer an HTTP
-    Basic login."""
+    Basic login; ``resolve`` maps names to the addresses the browser's DNS gives them (a rebound name)."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(_MISSING)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=list(LAUNCH_ARGS))
+        rules = [f"--host-resolver-rules={', '.join(f'MAP {name} {address}' for name, address in resolve.items())}"]
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                             args=[*LAUNCH_ARGS, *(rules if resolve else [])])
         try:
             yield browser.new_page(viewport=VIEWPORT, timezone_id=timezone_id, http_credentials=http_credentials)
         finally:

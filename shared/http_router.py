@@ -66,8 +66,8 @@ def error_response(status: int, code: str, extra: dict[str, object] | None = Non
 class Request:
     """A complete request. ``body`` is None when it passed its route's limit (and was not read)."""
 
-    __slots__ = ("method", "path", "raw_query", "headers", "body", "content_length", "from_browser", "keep_alive",
-                 "route", "route_params", "_query")
+    __slots__ = ("method", "path", "raw_query", "headers", "body", "content_length", "from_browser", "host",
+                 "keep_alive", "route", "route_params", "_query")
 
     def __init__(self, method: str, url: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         self.method = method
@@ -80,6 +80,7 @@ class Request:
         self.content_length: int | None = None
         # it carries Sec-Fetch-Site or Origin: a browser sent it, maybe for another site's page
         self.from_browser = False
+        self.host = b""  # its Host header
         # False for the last request a connection answers
         self.keep_alive = True
         self.route: Route | None = None

@@ -35,6 +35,7 @@ from typing import cast
 
 import httptools
 
+from shared.allowed_hosts import HOST_REFUSED_CODE, host_allowed, refusal_text
 from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS, cross_site_source, forwarded_hosts
 from shared.http_conventions import HTTPError
 from shared.protocol.names import go_quote
@@ -59,7 +60,7 @@ class HTTPService:
     def __init__(self, router: Router, log: logging.Logger,
                  guard: Callable[[Request], Response | None] | None = None, allow_cross_site: bool = False,
                  observe: Callable[[Request, Response], None] | None = None,
-                 trust_forwarded_host: bool = False) -> None:
+                 trust_forwarded_host: bool = False, allowed_hosts: frozenset[str] | None = None) -> None:
         self.router = router
         self.log = log
         # answers every request itself when it returns a response (--tls-required on plain HTTP)
@@ -70,6 +71,8 @@ class HTTPService:
         self.observe = observe
         # the names a proxy put in X-Forwarded-Host are the server's own too, for the cross-site check
         self.trust_forwarded_host = trust_forwarded_host
+        # the names a request's Host may give (allowed_hosts.py); None: any
+        self.allowed_hosts = allowed_hosts
         self.connections: set[HTTPConnection] = set()
 
     def __call__(self) -> HTTPConnection:
@@ -90,6 +93,8 @@ class HTTPConnection(asyncio.Protocol):
         self._log = service.log
         self._guard = service.guard
         self._checks_cross_site = not service.allow_cross_site
+        self._allowed_hosts = service.allowed_hosts
+        self._host_checked = b""  # the last Host found allowed: a keep-alive connection sends the same one
         self._observe = service.observe
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
@@ -215,6 +220,9 @@ class HTTPConnection(asyncio.Protocol):
                     request.content_length = int(value)  # the parser has checked it is a number
                 elif lowered == b"sec-fetch-site":
                     request.from_browser = True
+            elif len(name) == 4:
+                if name.lower() == b"host":
+                    request.host = value
             elif len(name) == 6:  # expect, origin
                 lowered = name.lower()
                 if lowered == b"expect":
@@ -271,6 +279,12 @@ class HTTPConnection(asyncio.Protocol):
                 refused = self._guard(request)
                 if refused is not None:
                     return refused
+            if self._allowed_hosts is not None and request.host != self._host_checked:
+                host = request.host.decode("latin-1")
+                if not host_allowed(host, self._allowed_hosts):
+                    self._log.warning("HTTP: %s %s: %s", request.method, go_quote(request.path), refusal_text(host))
+                    return error_response(403, HOST_REFUSED_CODE)
+                self._host_checked = request.host
             if request.from_browser and self._checks_cross_site:
                 refused = _refuse_cross_site(request, self._log, self._service.trust_forwarded_host)
                 if refused is not None:

@@ -10,11 +10,13 @@ import os
 import socket
 import time
 from typing import Iterator
+from urllib.parse import urlsplit
 
 import aiohttp
 import aiosqlite
 from aiohttp import web
 
+from shared.allowed_hosts import allowed_names
 from shared.cluster_info import ClusterInfo
 from shared.listeners import listen_http
 from shared.metrics import PrometheusEndpoint
@@ -43,6 +45,9 @@ class NSQAdmin:
         self.opts = opts
         self.version = VERSION
         self.hostname = socket.gethostname()
+        # the names a request's Host may give (shared/allowed_hosts.py): the admin's own, and the origins it trusts
+        self.allowed_hosts = allowed_names(opts.http_allowed_host, self.hostname, opts.http_address,
+                                           *(urlsplit(origin).netloc for origin in opts.allowed_origins))
         self.pages = Pages(opts.base_path, VERSION)
         self.login = Login(opts.htpasswd_file) if opts.htpasswd_file else None
         self.http_address: tuple[str, int] = ("", 0)

@@ -30,6 +30,7 @@ class AdminState(Protocol):
     audit: AuditLog
     pages: Pages
     login: Login | None  # --htpasswd-file
+    allowed_hosts: frozenset[str]  # the names a request's Host may give (shared/allowed_hosts.py)
     metrics: PrometheusEndpoint
     # requests answered, by route, method and status: (count, seconds spent)
     request_stats: dict[tuple[str, str, int], tuple[int, float]]

@@ -35,6 +35,10 @@ class Options(ProgramOptions):
     allowed_origins: list[str] = option([], "origin (scheme://host[:port]) trusted to change state through the admin "
                                             "from a browser, beyond the admin's own (may be given multiple times)",
                                         flag="allowed-origin")
+    http_allowed_host: list[str] = option([], "a name requests may give as their Host, beyond localhost, the "
+                                              "hostname and the listen address (IP addresses always may): "
+                                              "against DNS rebinding (may be given multiple times; * allows any, "
+                                              "as NSQ does)")
     htpasswd_file: str = option("", "htpasswd file of bcrypt entries (htpasswd -B): every request but /ping then "
                                     "needs one of its users (HTTP Basic)")
     data_path: str = option("", "path to store the history and audit database, created if missing (default: current directory)")

@@ -24,6 +24,7 @@ from typing import Awaitable, Callable, NamedTuple
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from shared.allowed_hosts import HOST_REFUSED_CODE, host_allowed, refusal_text
 from shared.cross_site import CROSS_SITE_CODE, SAFE_METHODS
 from shared.http_api import Handler, cross_site_source_of, error_response
 
@@ -52,6 +53,9 @@ OnRefused = Callable[[web.Request, Refusal], Awaitable[None]]
 
 def refusal_of(request: web.Request) -> Refusal | None:
     """Why a request must not be served (None: it may)."""
+    host = request.headers.get("Host")
+    if not host_allowed(host, admin_of(request).allowed_hosts):
+        return Refusal(403, f"{HOST_REFUSED_CODE}: {refusal_text(host or '')}")
     if request.method in SAFE_METHODS:
         return None
     source = cross_site_source_of(request, admin_of(request).opts.allowed_origins)

@@ -9,6 +9,7 @@ import logging
 import socket
 from typing import Iterator
 
+from shared.allowed_hosts import allowed_names
 from shared.http_server import HTTPService
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
@@ -64,7 +65,9 @@ class NSQLookupd:
         # lookupd may sit behind a proxy: the names it puts in X-Forwarded-Host are lookupd's own
         service = HTTPService(build_router(self, external), log, allow_cross_site=self.opts.http_allow_cross_site,
                               observe=lambda request, response: count_request(self, request, response),
-                              trust_forwarded_host=True)
+                              trust_forwarded_host=True, allowed_hosts=allowed_names(
+                                  self.opts.http_allowed_host, socket.gethostname(), self.opts.broadcast_address,
+                                  self.opts.http_address, self.opts.external_http_address))
         server, bound = await listen_tcp(address, service, log, label=label)
         self._http_servers.append((server, service))
         return bound

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shared.addresses import join_host_port
+from shared.allowed_hosts import allowed_names
 from shared.http_server import HTTPService
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
@@ -133,16 +134,17 @@ class NSQD:
         context = self._tcp_context
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address,
                                                               lambda: ConnectionV2(self, context), log)
-        router, allow_cross_site = build_router(self), self.opts.http_allow_cross_site
+        router, allow_cross_site, hosts = build_router(self), self.opts.http_allow_cross_site, self._allowed_hosts()
         if self.tls_context is not None and self.opts.https_address:
-            service = HTTPService(router, log, allow_cross_site=allow_cross_site)
+            service = HTTPService(router, log, allow_cross_site=allow_cross_site, allowed_hosts=hosts)
             server, self.https_address = await listen_tcp(self.opts.https_address, service, log, self.tls_context,
                                                           "HTTPS")
             self._http_servers.append((server, service))
         if self.opts.http_address:
             # --tls-required=true: plain HTTP only says where HTTPS is
             service = HTTPService(router, log, (lambda request: tls_required(self))
-                                  if self.opts.tls_required == "true" else None, allow_cross_site)
+                                  if self.opts.tls_required == "true" else None, allow_cross_site,
+                                  allowed_hosts=hosts)
             server, self.http_address = await listen_tcp(self.opts.http_address, service, log, label="HTTP")
             self._http_servers.append((server, service))
         gc.callbacks.append(self.gc_pauses)
@@ -329,6 +331,12 @@ class NSQD:
                             external_tcp_port=opts.external_broadcast_tcp_port,
                             external_http_port=opts.external_broadcast_http_port)
         return identity
+
+    def _allowed_hosts(self) -> frozenset[str]:
+        """The names an HTTP request's Host may give (allowed_hosts.py)."""
+        opts = self.opts
+        return allowed_names(opts.http_allowed_host, self.hostname, opts.broadcast_address,
+                             opts.external_broadcast_address, opts.http_address, opts.https_address)
 
     def _start_statsd(self) -> None:
         opts = self.opts

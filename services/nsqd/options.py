@@ -145,6 +145,10 @@ class Options(ProgramOptions):
     http_allow_cross_site: bool = option(False, "serve the state-changing HTTP requests (POST, PUT) a browser "
                                                 "sends for another site's page, and let other sites frame these "
                                                 "pages, as NSQ does (otherwise: 403 CROSS_SITE_REQUEST, no framing)")
+    http_allowed_host: list[str] = option([], "a name requests may give as their Host, beyond localhost, the "
+                                              "hostname, the broadcast address and the listen addresses (IP "
+                                              "addresses always may): against DNS rebinding (may be given "
+                                              "multiple times; * allows any, as NSQ does)")
 
     def validate(self) -> None:
         """Raises FlagError naming the flag at fault."""
