@@ -40,9 +40,9 @@ def chromium_page(timezone_id: str | None = None, http_credentials: HttpCredenti
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(_MISSING)
     with sync_playwright() as playwright:
-        rules = [f"--host-resolver-rules={', '.join(f'MAP {name} {address}' for name, address in resolve.items())}"]
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=[*LAUNCH_ARGS, *(rules if resolve else [])])
+        mapped = ", ".join(f"MAP {name} {address}" for name, address in (resolve or {}).items())
+        rules = [f"--host-resolver-rules={mapped}"] if mapped else []
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=[*LAUNCH_ARGS, *rules])
         try:
             yield browser.new_page(viewport=VIEWPORT, timezone_id=timezone_id, http_credentials=http_credentials)
         finally:
