@@ -57,8 +57,11 @@ def check_sources(nsqd_tcp_addresses: list[str], lookupd_http_addresses: list[st
 
 
 def check_tcp_addresses(flag: str, addresses: list[str]) -> None:
-    """Each address is ``host:port``; FlagError names ``--flag`` and the fault."""
+    """Each address is ``host:port``, or a unix socket's path (one with a ``/``: ``/run/nsqd.sock``,
+    ``./nsqd.sock``); FlagError names ``--flag`` and the fault."""
     for address in addresses:
+        if "/" in address:
+            continue
         try:
             split_host_port(address)
         except ValueError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 
@@ -12,6 +13,15 @@ def split_host_port(address: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)
+
+
+def is_unix_socket(address: str) -> bool:
+    """NSQ's rule for a listen or connect address: one that is not ``host:port`` is a unix socket's path."""
+    try:
+        split_host_port(address)
+    except ValueError:
+        return True
+    return False
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -42,6 +52,31 @@ def listening_socket(address: str, backlog: int = 1024) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def listening_unix_socket(path: str, backlog: int = 1024) -> socket.socket:
+    """A non-blocking socket listening at ``path``. A socket file left by a process that is gone (nothing accepts
+    on it) is replaced; one something still listens on is an error, as binding a used port is."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if os.path.exists(path) and not _listened_on(path):
+            os.unlink(path)
+        sock.bind(path)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _listened_on(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def _keep_alive(sock: socket.socket) -> None:

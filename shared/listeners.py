@@ -8,7 +8,7 @@ import logging
 import ssl
 from typing import TYPE_CHECKING, Callable
 
-from .addresses import join_host_port, listening_socket
+from .addresses import is_unix_socket, join_host_port, listening_socket, listening_unix_socket
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -17,10 +17,16 @@ if TYPE_CHECKING:
 async def listen_tcp(address: str, protocol_factory: Callable[[], asyncio.BaseProtocol], log: logging.Logger,
                      ssl_context: ssl.SSLContext | None = None,
                      label: str = "TCP") -> tuple[asyncio.AbstractServer, tuple[str, int]]:
-    """A server of ``protocol_factory``'s connections (over TLS with ``ssl_context``), logged as ``label``."""
+    """A server of ``protocol_factory``'s connections (over TLS with ``ssl_context``), logged as ``label``. An
+    address that is not ``host:port`` is a unix socket's path (NSQ 1.3's rule): bound as ``(path, -1)``."""
+    loop = asyncio.get_running_loop()
+    if is_unix_socket(address):
+        server = await loop.create_unix_server(protocol_factory, sock=listening_unix_socket(address), ssl=ssl_context)
+        log.info("%s: listening on %s", label, address)
+        return server, (address, -1)
     sock = listening_socket(address)
     bound = sock.getsockname()[:2]
-    server = await asyncio.get_running_loop().create_server(protocol_factory, sock=sock, ssl=ssl_context)
+    server = await loop.create_server(protocol_factory, sock=sock, ssl=ssl_context)
     log.info("%s: listening on %s", label, join_host_port(*bound))
     return server, bound
 

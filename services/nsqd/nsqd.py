@@ -310,7 +310,11 @@ class NSQD:
         self._node_id_check.due()
 
     def _broadcast_tcp_port(self) -> int:
-        return self.opts.broadcast_tcp_port or self.tcp_address[1]
+        # 0 on a unix socket (bound port -1), as NSQ registers then
+        return self.opts.broadcast_tcp_port or max(0, self.tcp_address[1])
+
+    def _broadcast_http_port(self) -> int:
+        return self.opts.broadcast_http_port or max(0, self.http_address[1])
 
     def _broadcast_tcp_address(self) -> str:
         """This nsqd as lookupds list it."""
@@ -323,7 +327,7 @@ class NSQD:
         opts = self.opts
         identity: dict[str, object] = {
             "version": VERSION, "tcp_port": self._broadcast_tcp_port(),
-            "http_port": opts.broadcast_http_port or self.http_address[1], "hostname": self.hostname,
+            "http_port": self._broadcast_http_port(), "hostname": self.hostname,
             "broadcast_address": opts.broadcast_address, "topology_zone": opts.topology_zone,
             "topology_region": opts.topology_region}
         if opts.external_broadcast_address:
@@ -341,7 +345,7 @@ class NSQD:
     def _start_statsd(self) -> None:
         opts = self.opts
         prefix = expand_prefix(opts.statsd_prefix, opts.broadcast_address,
-                               opts.broadcast_http_port or self.http_address[1])
+                               self._broadcast_http_port())
         self._statsd = StatsdPusher(opts.statsd_address, opts.statsd_interval, opts.statsd_udp_packet_size,
                                     prefix, opts.statsd_exclude_ephemeral,
                                     lambda: collect(self, None, None, False, opts.statsd_mem_stats))
@@ -395,7 +399,7 @@ class NSQD:
     def _membership_info(self) -> dict[str, object]:
         return {"node": self._broadcast_tcp_address(), "node_id": self.opts.node_id, "hostname": self.hostname,
                 "broadcast_address": self.opts.broadcast_address, "tcp_port": self._broadcast_tcp_port(),
-                "http_port": self.opts.broadcast_http_port or self.http_address[1], "version": VERSION,
+                "http_port": self._broadcast_http_port(), "version": VERSION,
                 "replication_address": join_host_port(self.opts.broadcast_address, self.replication_address[1])}
 
     def _registered(self, epoch: int) -> None:

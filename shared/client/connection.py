@@ -24,6 +24,7 @@ import math
 from collections import deque
 from typing import Any, Callable
 
+from shared.addresses import is_unix_socket, split_host_port
 from shared.log_format import describe
 from shared.protocol.compression import Codec, DeflateCodec, SnappyCodec
 from shared.protocol.frames import (
@@ -79,15 +80,20 @@ class Connection(asyncio.Protocol):
         self._only_ok = False  # see expect_only_ok
 
     @classmethod
-    async def open(cls, host: str, port: int, config: Config,
+    async def open(cls, address: str, config: Config,
                    on_message: Callable[[Message], None] | None = None) -> Connection:
-        """Connected and identified as ``config`` says, within its ``connect_timeout``: upgraded to TLS and
-        compression if it asks for them and nsqd agrees, authenticated if nsqd requires it."""
+        """Connected to ``address`` (``host:port``, or a unix socket's path) and identified as ``config`` says,
+        within its ``connect_timeout``: upgraded to TLS and compression if it asks for them and nsqd agrees,
+        authenticated if nsqd requires it."""
         loop = asyncio.get_running_loop()
         timeout = config.connect_timeout
+        if is_unix_socket(address):
+            host, connecting = "localhost", loop.create_unix_connection(lambda: cls(on_message), address)
+        else:
+            host, port = split_host_port(address)
+            connecting = loop.create_connection(lambda: cls(on_message), host, port)
         try:
-            _, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(on_message), host, port), timeout)
+            _, connection = await asyncio.wait_for(connecting, timeout)
         except TimeoutError as error:
             raise ConnectError(f"no connection within {timeout:g} s") from error
         except OSError as error:

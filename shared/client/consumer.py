@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any
 
-from shared.addresses import split_host_port
 from shared.log_format import describe
 from shared.protocol.frames import CLOSE_WAIT, Message as Frame, encode_command
 from shared.protocol.names import is_valid_name
@@ -347,8 +346,7 @@ class Consumer:
             delay = min(delay * 2, RECONNECT_DELAY_MAX)
 
     async def _connect(self, conn: ConsumerConnection) -> None:
-        host, port = split_host_port(conn.address)
-        conn.connection = await Connection.open(host, port, self.config, conn.received)
+        conn.connection = await Connection.open(conn.address, self.config, conn.received)
         settings = conn.connection.server_settings
         conn.max_rdy_count = int(settings.get("max_rdy_count", DEFAULT_MAX_RDY_COUNT))
         await conn.connection.command(encode_command(b"SUB", self.topic.encode(), self.channel.encode()),

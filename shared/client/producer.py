@@ -26,7 +26,6 @@ import random
 from types import TracebackType
 from typing import Any, Iterable
 
-from shared.addresses import split_host_port
 from shared.log_format import describe
 from shared.protocol.frames import encode_command, encode_mpub
 
@@ -47,8 +46,6 @@ class Producer:
         self.lookupd_http_addresses = list(lookupd_http_addresses)
         if nsqd_tcp_address is None and not self.lookupd_http_addresses:
             raise ValueError("give an nsqd TCP address or lookupd_http_addresses")
-        if nsqd_tcp_address is not None:
-            split_host_port(nsqd_tcp_address)  # a malformed address fails here, not at the first publish
         self.address = nsqd_tcp_address
         self.config = configure(config, settings)
         self._connection: Connection | None = None
@@ -85,8 +82,7 @@ class Producer:
         raise ConnectError(f"no nsqd reachable (lookupd knows {len(candidates)})")
 
     async def _open_to(self, address: str) -> Connection:
-        host, port = split_host_port(address)
-        connection = await Connection.open(host, port, self.config)
+        connection = await Connection.open(address, self.config)
         connection.expect_only_ok()
         return connection
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.client import Config, Consumer, Producer, user_agent
+from shared.client import Config, ConnectError, Consumer, Producer, user_agent
 from shared.client.config import configure
 from shared.version import VERSION
 
@@ -69,9 +69,11 @@ def test_settings_that_cannot_work_are_refused(settings: dict[str, object], mess
         Config(**settings)  # type: ignore[arg-type]
 
 
-def test_a_malformed_nsqd_address_is_refused_at_once() -> None:
-    with pytest.raises(ValueError, match="missing port"):
-        Producer("127.0.0.1")
+async def test_an_nsqd_address_that_is_not_host_port_is_a_unix_socket(tmp_path: Path) -> None:
+    producer = Producer(str(tmp_path / "nsqd.sock"))  # NSQ's rule: no port, so a path
+    with pytest.raises(ConnectError, match="nsqd.sock|No such file|not found"):
+        await producer.publish("t", b"x")
+    await producer.close()
 
 
 def test_user_agents() -> None:
