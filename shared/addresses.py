@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -56,10 +57,11 @@ def listening_socket(address: str, backlog: int = 1024) -> socket.socket:
 
 def listening_unix_socket(path: str, backlog: int = 1024) -> socket.socket:
     """A non-blocking socket listening at ``path``. A socket file left by a process that is gone (nothing accepts
-    on it) is replaced; one something still listens on is an error, as binding a used port is."""
+    on it) is replaced; one something still listens on is an error, as binding a used port is, and so is any
+    other file there."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        if os.path.exists(path) and not _listened_on(path):
+        if _is_socket_file(path) and not _listened_on(path):
             os.unlink(path)
         sock.bind(path)
         sock.listen(backlog)
@@ -68,6 +70,13 @@ def listening_unix_socket(path: str, backlog: int = 1024) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _is_socket_file(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _listened_on(path: str) -> bool:

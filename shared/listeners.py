@@ -15,12 +15,13 @@ if TYPE_CHECKING:
 
 
 async def listen_tcp(address: str, protocol_factory: Callable[[], asyncio.BaseProtocol], log: logging.Logger,
-                     ssl_context: ssl.SSLContext | None = None,
-                     label: str = "TCP") -> tuple[asyncio.AbstractServer, tuple[str, int]]:
-    """A server of ``protocol_factory``'s connections (over TLS with ``ssl_context``), logged as ``label``. An
-    address that is not ``host:port`` is a unix socket's path (NSQ 1.3's rule): bound as ``(path, -1)``."""
+                     ssl_context: ssl.SSLContext | None = None, label: str = "TCP",
+                     unix: bool = False) -> tuple[asyncio.AbstractServer, tuple[str, int]]:
+    """A server of ``protocol_factory``'s connections (over TLS with ``ssl_context``), logged as ``label``. With
+    ``unix``, an address that is not ``host:port`` is a unix socket's path (NSQ 1.3's rule for nsqd's TCP and HTTP
+    addresses): bound as ``(path, -1)``; without, it is an error."""
     loop = asyncio.get_running_loop()
-    if is_unix_socket(address):
+    if unix and is_unix_socket(address):
         server = await loop.create_unix_server(protocol_factory, sock=listening_unix_socket(address), ssl=ssl_context)
         log.info("%s: listening on %s", label, address)
         return server, (address, -1)

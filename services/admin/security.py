@@ -53,9 +53,6 @@ OnRefused = Callable[[web.Request, Refusal], Awaitable[None]]
 
 def refusal_of(request: web.Request) -> Refusal | None:
     """Why a request must not be served (None: it may)."""
-    host = request.headers.get("Host")
-    if not host_allowed(host, admin_of(request).allowed_hosts):
-        return Refusal(403, f"{HOST_REFUSED_CODE}: {refusal_text(host or '')}")
     if request.method in SAFE_METHODS:
         return None
     source = cross_site_source_of(request, admin_of(request).opts.allowed_origins)
@@ -96,11 +93,16 @@ def set_session_cookie(request: web.Request, response: web.StreamResponse, token
 
 
 def guard(on_refused: OnRefused) -> Middleware:
-    """The middleware: login first, then the refusals above (``on_refused`` records them)."""
+    """The middleware: the Host first, then the login, then the refusals above (``on_refused`` records them)."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         admin = admin_of(request)
+        host = request.headers.get("Host")
+        if not host_allowed(host, admin.allowed_hosts):  # first: a rebound page learns nothing, not even of a login
+            foreign = Refusal(403, f"{HOST_REFUSED_CODE}: {refusal_text(host or '')}")
+            await on_refused(request, foreign)
+            return error_response(foreign.status, foreign.message)
         if admin.login is not None and request.path != admin.pages.url("/ping"):
             user = await admin.login.authenticate(request.headers.get("Authorization"))
             if user is None:

@@ -240,7 +240,10 @@ class Channel:
         if (self.ttl_ns or self.max_attempts) and not self._deliverable([entry]):
             return
         msg = InFlightMessage(entry, consumer, now, now + consumer.msg_timeout)
-        self._count_delivered(consumer, 1)
+        if self._topology_aware:
+            self._count_delivered(consumer, 1)
+        else:
+            self.delivered_count += 1
         self.in_flight.push(msg)
         consumer.send_message(msg)
         ready = self._ready
@@ -339,7 +342,10 @@ class Channel:
             messages = [InFlightMessage(entry, consumer, now, deadline) for entry in entries]
         else:
             messages = [InFlightMessage(memory.popleft(), consumer, now, deadline) for _ in range(count)]
-        self._count_delivered(consumer, count)
+        if self._topology_aware:
+            self._count_delivered(consumer, count)
+        else:
+            self.delivered_count += count
         self.in_flight.push_all(messages)
         consumer.send_messages(messages)
 

@@ -133,7 +133,7 @@ class NSQD:
         self._sync_task = asyncio.create_task(self._sync_disk_queues(), name="disk-sync")
         context = self._tcp_context
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address,
-                                                              lambda: ConnectionV2(self, context), log)
+                                                              lambda: ConnectionV2(self, context), log, unix=True)
         router, allow_cross_site, hosts = build_router(self), self.opts.http_allow_cross_site, self._allowed_hosts()
         if self.tls_context is not None and self.opts.https_address:
             service = HTTPService(router, log, allow_cross_site=allow_cross_site, allowed_hosts=hosts)
@@ -145,7 +145,8 @@ class NSQD:
             service = HTTPService(router, log, (lambda request: tls_required(self))
                                   if self.opts.tls_required == "true" else None, allow_cross_site,
                                   allowed_hosts=hosts)
-            server, self.http_address = await listen_tcp(self.opts.http_address, service, log, label="HTTP")
+            server, self.http_address = await listen_tcp(self.opts.http_address, service, log, label="HTTP",
+                                                         unix=True)
             self._http_servers.append((server, service))
         gc.callbacks.append(self.gc_pauses)
         await self.set_lookupd_addresses(self.opts.nsqlookupd_tcp_addresses)

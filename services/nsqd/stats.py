@@ -9,7 +9,6 @@ no CPython counterpart (idle, released, next GC) are 0.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import os
 import sys
@@ -68,8 +67,7 @@ def give_back_memory() -> None:
     ``malloc_trim``, which returns the free pages of every arena to the OS (skipped where there is no glibc)."""
     gc.collect()
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
+        ctypes.CDLL(None).malloc_trim(0)  # the process's own symbols: glibc's, where it is linked
     except (OSError, AttributeError):
         pass
 

@@ -142,12 +142,13 @@ class StatsdPusher:
 
     async def push(self) -> None:
         """One push: the lines for now, against the last push, sent spread over the interval."""
-        document = self._snapshot()
-        lines = stat_lines(document, self._last, self._prefix, self._exclude_ephemeral)
-        self._last = document
         host, port = split_host_port(self._address)
         info = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_DGRAM)
         family, kind, proto, _, address = info[0]
+        # only once statsd's address is known: a push that fails leaves its changes to the next one
+        document = self._snapshot()
+        lines = stat_lines(document, self._last, self._prefix, self._exclude_ephemeral)
+        self._last = document
         log.info("STATSD: pushing stats to %s", self._address)
         with socket.socket(family, kind, proto) as udp:
             udp.setblocking(False)
