@@ -64,3 +64,21 @@ def test_an_interval_statsd_cannot_be_pushed_in_is_refused(tmp_path: Path) -> No
     assert "--statsd-interval 1s must be more than 1s" in result.stdout + result.stderr
     result = run_nsqd("--statsd-address=nowhere", f"--data-path={tmp_path}")
     assert result.returncode != 0 and "--statsd-address 'nowhere' must be <addr>:<port>" in result.stdout + result.stderr
+
+
+def test_two_nsqd_on_one_host_push_to_one_statsd_under_prefixes_of_their_own(
+        statsd: socket.socket, nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    """``make up``'s shape: two nsqd on one host, told apart by their HTTP port in the prefix."""
+    address = "127.0.0.1:%d" % statsd.getsockname()[1]
+    nodes = [nsqd_factory(f"--statsd-address={address}", "--statsd-interval=2s", "--broadcast-address=host.example")
+             for _ in range(2)]
+    for number, nsqd in enumerate(nodes, 1):
+        nsqd.multi_publish("orders", [b"x"] * number)
+    statsd.settimeout(10)
+    seen: dict[str, str] = {}
+    while len(seen) < 2:
+        for line in statsd.recv(65536).decode().splitlines():
+            if ".topic.orders.message_count:" in line:
+                prefix, _, value = line.partition("topic.orders.message_count:")
+                seen.setdefault(prefix, value)
+    assert seen == {f"nsq.host_example_{nodes[0].http_port}.": "1|c", f"nsq.host_example_{nodes[1].http_port}.": "2|c"}
