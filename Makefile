@@ -58,10 +58,10 @@ unit: $(STAMP) compile
 
 ## Debian's packages some tests drive: chromium for the admin's browser tests (Playwright drives it and never
 ## downloads a browser), strace to kill nsqd at a chosen system call, iproute2 and iptables for network partitions,
-## etcd-server for replication;
+## etcd-server for replication, curl for HTTP over a unix socket;
 ## without root, passwordless sudo or apt-get those tests are skipped rather than failed
-TEST_PROGRAMS := /usr/bin/chromium /usr/bin/strace /usr/sbin/ip /usr/sbin/iptables /usr/bin/etcd
-TEST_PACKAGES := chromium strace iproute2 iptables etcd-server
+TEST_PROGRAMS := /usr/bin/chromium /usr/bin/strace /usr/sbin/ip /usr/sbin/iptables /usr/bin/etcd /usr/bin/curl
+TEST_PACKAGES := chromium strace iproute2 iptables etcd-server curl
 test-programs:
 	@for program in $(TEST_PROGRAMS); do test -x $$program || missing=1; done; test -z "$$missing" || { \
 	  if ! command -v apt-get >/dev/null; then echo "no apt-get: tests needing $(TEST_PACKAGES) will be skipped"; exit 0; fi; \

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +17,10 @@ import pytest
 from harness.processes import ROOT
 from shared.client import Consumer, Message, Producer
 from tests.functional.test_to_nsq import to_nsq
+
+
+requires_curl = pytest.mark.skipif(shutil.which("curl") is None,
+                                   reason="curl is missing: `make test` installs Debian's curl")
 
 
 @pytest.fixture
@@ -41,6 +46,7 @@ def curl(http: str, *args: str) -> str:
                           timeout=10, check=True).stdout
 
 
+@requires_curl
 def test_http_over_a_unix_socket_with_curl(sockets: tuple[str, str]) -> None:
     _, http = sockets
     assert curl(http, "http://localhost/ping") == "OK"
@@ -51,6 +57,7 @@ def test_http_over_a_unix_socket_with_curl(sockets: tuple[str, str]) -> None:
     assert stats["topics"][0]["message_count"] == 1
 
 
+@requires_curl
 def test_the_client_library_and_to_nsq_over_a_unix_socket(sockets: tuple[str, str]) -> None:
     tcp, http = sockets
     curl(http, "-X", "POST", "http://localhost/channel/create?topic=orders&channel=archive")
