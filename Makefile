@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up compile test typecheck unit test-programs bench clean wheels
+.PHONY: up compile test typecheck unit test-programs test-programs-debian bench clean wheels
 
 $(STAMP): pyproject.toml setup.py shared/version.py
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
@@ -58,11 +58,18 @@ unit: $(STAMP) compile
 
 ## Debian's packages some tests drive: chromium for the admin's browser tests (Playwright drives it and never
 ## downloads a browser), strace to kill nsqd at a chosen system call, iproute2 and iptables for network partitions,
-## etcd-server for replication, curl for HTTP over a unix socket;
+## etcd-server for replication, curl for HTTP over a unix socket, graphite-carbon and graphite-web (with Etsy's
+## statsd from the npm registry, under the venv) for the admin's Graphite graphs;
 ## without root, passwordless sudo or apt-get those tests are skipped rather than failed
-TEST_PROGRAMS := /usr/bin/chromium /usr/bin/strace /usr/sbin/ip /usr/sbin/iptables /usr/bin/etcd /usr/bin/curl
-TEST_PACKAGES := chromium strace iproute2 iptables etcd-server curl
-test-programs:
+TEST_PROGRAMS := /usr/bin/chromium /usr/bin/strace /usr/sbin/ip /usr/sbin/iptables /usr/bin/etcd /usr/bin/curl \
+	/usr/bin/carbon-cache /usr/bin/graphite-manage
+TEST_PACKAGES := chromium strace iproute2 iptables etcd-server curl graphite-carbon graphite-web
+STATSD := $(VENV)/npm/node_modules/statsd/stats.js
+test-programs: test-programs-debian $(STATSD)
+$(STATSD): | $(STAMP)
+	@if command -v npm >/dev/null; then npm install --prefix $(VENV)/npm --omit=optional --no-audit --no-fund \
+	  --no-save --loglevel=error statsd@0.9.0; else echo "no npm: the Graphite tests will be skipped"; fi
+test-programs-debian:
 	@for program in $(TEST_PROGRAMS); do test -x $$program || missing=1; done; test -z "$$missing" || { \
 	  if ! command -v apt-get >/dev/null; then echo "no apt-get: tests needing $(TEST_PACKAGES) will be skipped"; exit 0; fi; \
 	  if [ "$$(id -u)" -eq 0 ]; then sudo=""; \

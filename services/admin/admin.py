@@ -25,6 +25,7 @@ from shared.version import VERSION
 from .aggregation import Json
 from .audit import AuditEntry, AuditLog
 from .cluster import Cluster
+from .graphite import Graphite
 from .history import History, samples_from_stats
 from .http_api import build_app
 from .login import Login
@@ -49,6 +50,7 @@ class NSQAdmin:
         self.allowed_hosts = allowed_names(opts.http_allowed_host, self.hostname, opts.http_address,
                                            *(urlsplit(origin).netloc for origin in opts.allowed_origins))
         self.pages = Pages(opts.base_path, VERSION)
+        self.graphite = Graphite.from_options(opts)
         self.login = Login(opts.htpasswd_file) if opts.htpasswd_file else None
         self.http_address: tuple[str, int] = ("", 0)
         # requests answered, by route, method and status: (count, seconds spent)
@@ -64,6 +66,11 @@ class NSQAdmin:
         self.cluster: Cluster
         self.history: History
         self.audit: AuditLog
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "the admin is not started"
+        return self._session
 
     @property
     def database_path(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import aiohttp
 from aiohttp import web
 
 from shared.metrics import PrometheusEndpoint
@@ -17,6 +18,7 @@ from shared.metrics import PrometheusEndpoint
 from .aggregation import Json
 from .audit import AuditEntry, AuditLog
 from .cluster import Cluster
+from .graphite import Graphite
 from .history import History
 from .login import Login
 from .options import Options
@@ -32,8 +34,13 @@ class AdminState(Protocol):
     login: Login | None  # --htpasswd-file
     allowed_hosts: frozenset[str]  # the names a request's Host may give (shared/allowed_hosts.py)
     metrics: PrometheusEndpoint
+    graphite: Graphite | None  # --graphite-url: the pages' graphs come from it
     # requests answered, by route, method and status: (count, seconds spent)
     request_stats: dict[tuple[str, str, int], tuple[int, float]]
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The HTTP client the admin asks nsqd, lookupd and Graphite with."""
 
     async def snapshot(self) -> list[Json]:
         """Every topic across the cluster now; also kept for ``/metrics``."""

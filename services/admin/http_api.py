@@ -19,7 +19,9 @@ import logging
 import time
 from typing import Any
 
+import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from shared.http_api import Handler, HTTPError, json_response, nsq_errors, redirect_fixed_paths
 from shared.runtime_config import address_list, option_value, set_log_level
@@ -27,6 +29,7 @@ from shared.runtime_config import address_list, option_value, set_log_level
 from . import security, web_ui
 from .actions import ACTION_ROUTES, PLANNERS_KEY, audit_refusal, run_action
 from .app_state import ADMIN_KEY, AdminState, admin_of
+from .graphite import GraphiteError
 from .upstream import UpstreamError, Warnings
 
 log = logging.getLogger("nsqadmin")
@@ -47,7 +50,10 @@ def build_app(admin: AdminState) -> web.Application:
         ("/api/topics/{topic}/{channel}", api_channel), ("/api/nodes", api_nodes), ("/api/nodes/{node}", api_node),
         ("/api/counter", api_counter), ("/api/audit", api_audit), ("/api/replication", api_replication),
         ("/api/history/{topic}", api_history), ("/api/history/{topic}/{channel}", api_history),
-        ("/api/peek/{topic}", api_peek), ("/api/peek/{topic}/{channel}", api_peek)]
+        ("/api/peek/{topic}", api_peek), ("/api/peek/{topic}/{channel}", api_peek),
+        ("/api/graphite", api_graphite)]
+    if admin.opts.proxy_graphite:
+        gets.append(("/render", graphite_render))
     for path, handler in gets + web_ui.routes():
         app.router.add_get(prefix + path, handler, allow_head=False)
     if prefix:
@@ -56,7 +62,8 @@ def build_app(admin: AdminState) -> web.Application:
     for method, path, planner in ACTION_ROUTES:
         app[PLANNERS_KEY][app.router.add_route(method, prefix + path, run_action)] = planner
     app.router.add_static(prefix + "/static", web_ui.STATIC_DIR)
-    app.on_response_prepare.append(security.add_security_headers)
+    image_origin = admin.graphite.image_origin if admin.graphite is not None else ""
+    app.on_response_prepare.append(security.adding_security_headers(security.security_headers(image_origin)))
     return app
 
 
@@ -180,6 +187,40 @@ async def api_peek(request: web.Request) -> web.Response:
     else:
         queue = await cluster.topic(match["topic"], warnings)
     return with_message({"messages": await cluster.peek(queue, count, warnings, dead_letters)}, warnings)
+
+
+async def api_graphite(request: web.Request) -> web.Response:
+    """nsqadmin's ``?metric=rate&target=<a Graphite target>``: the counter's last interval per second,
+    ``{"rate": "12.34"}`` (``N/A`` while Graphite has no point)."""
+    graphite = admin_of(request).graphite
+    if request.query.get("metric") != "rate":
+        raise HTTPError(400, "INVALID_ARG_METRIC")
+    target = request.query.get("target")
+    if not target:
+        raise HTTPError(400, "INVALID_ARG_TARGET")
+    if graphite is None:
+        raise HTTPError(400, "GRAPHITE_NOT_CONFIGURED: the admin has no --graphite-url")
+    try:
+        rate = await graphite.rate(admin_of(request).session, target)
+    except GraphiteError as error:
+        raise HTTPError(502, f"UPSTREAM_ERROR: {error}") from None
+    return json_response({"rate": rate})
+
+
+async def graphite_render(request: web.Request) -> web.Response:
+    """``--proxy-graphite``: Graphite's render API through the admin, the query passed on as it came, with the
+    credentials ``--graphite-url`` gives."""
+    admin = admin_of(request)
+    graphite = admin.graphite
+    assert graphite is not None  # the route exists only with a Graphite URL
+    upstream_url = URL(f"{graphite.url}/render?{request.rel_url.raw_query_string}", encoded=True)
+    try:
+        async with admin.session.get(upstream_url, auth=graphite.auth) as upstream:
+            body = await upstream.read()
+            content_type = upstream.headers.get("Content-Type", "application/octet-stream")
+            return web.Response(status=upstream.status, body=body, headers={"Content-Type": content_type})
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise HTTPError(502, f"UPSTREAM_ERROR: {graphite.url}/render: {error or type(error).__name__}") from None
 
 
 def _int_arg(request: web.Request, name: str, default: int) -> int:

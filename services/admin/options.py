@@ -1,12 +1,13 @@
 """nsqadmin's options: NSQ's flags and defaults (durations in seconds), and this admin's additions (history, data
-path). Graphite and statsd flags are accepted for compatibility: the admin draws its charts from its own history
-instead."""
+path). With ``--graphite-url`` the pages draw nsqadmin's graphs from Graphite (``graphite``), named by the statsd
+flags; without it, charts from the admin's own history."""
 
 from __future__ import annotations
 
 import ipaddress
 import posixpath
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from shared.addresses import split_host_port
 from shared.cross_site import normalize_origin
@@ -46,15 +47,17 @@ class Options(ProgramOptions):
                                            "(0 to disable)", kind="duration")
     history_retention: float = option(7 * 24 * 3600.0, "how long to keep samples and audit entries",
                                       kind="duration")
-    # accepted so that nsqadmin command lines keep working; charts come from the history above
-    graphite_url: str = option("", "graphite HTTP address (not used: charts come from the admin's history)")
-    proxy_graphite: bool = option(False, "proxy HTTP requests to graphite (not used)")
-    statsd_counter_format: str = option("stats.counters.%s.count", "The counter stats key formatting applied by "
-                                                                   "the implementation of statsd (not used)")
-    statsd_gauge_format: str = option("stats.gauges.%s", "The gauge stats key formatting applied by the "
-                                                         "implementation of statsd (not used)")
-    statsd_prefix: str = option("nsq.%s", "prefix used for keys sent to statsd (not used)")
-    statsd_interval: float = option(60.0, "time interval nsqd is configured to push to statsd (not used)",
+    graphite_url: str = option("", "graphite HTTP address (the pages' graphs come from it instead of the "
+                                   "history; http[s]://[user:password@]host[:port][/path])")
+    proxy_graphite: bool = option(False, "proxy HTTP requests to graphite")
+    statsd_counter_format: str = option("stats.counters.%s.count", "how statsd names the series of a counter "
+                                                                   "nsqd sends (%s: nsqd's name; empty: that name "
+                                                                   "as is)")
+    statsd_gauge_format: str = option("stats.gauges.%s", "how statsd names the series of a gauge nsqd sends (%s: "
+                                                         "nsqd's name; empty: that name as is)")
+    statsd_prefix: str = option("nsq.%s", "prefix used for keys sent to statsd (%s for host replacement, must "
+                                          "match nsqd)")
+    statsd_interval: float = option(60.0, "time interval nsqd is configured to push to statsd (must match nsqd)",
                                     kind="duration")
 
     def validate(self) -> None:
@@ -73,6 +76,15 @@ class Options(ProgramOptions):
                 ipaddress.ip_network(self.allow_config_from_cidr, strict=False)
             except ValueError:
                 raise FlagError(f"--allow-config-from-cidr: invalid CIDR {self.allow_config_from_cidr!r}") from None
+        if self.graphite_url:
+            parts = urlsplit(self.graphite_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise FlagError(f"--graphite-url {self.graphite_url!r} must be http[s]://host[:port][/path]")
+            self.graphite_url = self.graphite_url.rstrip("/")
+        elif self.proxy_graphite:
+            raise FlagError("--proxy-graphite needs --graphite-url")
+        if self.statsd_interval < 1 or not float(self.statsd_interval).is_integer():
+            raise FlagError("--statsd-interval must be a whole number of seconds, at least 1s")
         if self.history_interval < 0 or self.history_retention <= 0:
             raise FlagError("--history-interval must be >= 0 and --history-retention > 0")
         self.base_path = normalize_base_path(self.base_path)

@@ -19,6 +19,8 @@ from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from .graphite import GRAPH_WINDOWS
+
 _NANOS_PER_SECOND = 1_000_000_000
 PREVIEW_CHARS = 200
 # control characters but tab and line breaks: a body with them is not text to print
@@ -63,7 +65,8 @@ class Pages:
         self.env = Environment(loader=PackageLoader("services.admin", "templates"), autoescape=True,
                                undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
         self.env.globals.update(url=self.url, version=version, present_columns=present_columns,
-                                channel_columns=CHANNEL_COLUMNS, topic_columns=TOPIC_COLUMNS)
+                                channel_columns=CHANNEL_COLUMNS, topic_columns=TOPIC_COLUMNS,
+                                graph_windows=GRAPH_WINDOWS)
         self.env.filters.update(commafy=commafy, duration_ns=duration_ns, percent=percent,
                                 nanos_to_human=nanos_to_human, urlpart=urlpart, datetime=format_datetime,
                                 body_preview=body_preview)

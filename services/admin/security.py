@@ -1,7 +1,7 @@
 """What keeps a page on another site from acting through an operator's browser, and the admin's pages from being
 framed, and the optional built-in login.
 
-- Every response carries ``SECURITY_HEADERS``: a Content-Security-Policy that allows only the admin's own scripts,
+- Every response carries ``security_headers()``: a Content-Security-Policy that allows only the admin's own scripts,
   styles and requests and no framing, ``X-Frame-Options``, ``nosniff`` and a ``Referrer-Policy``.
 - A state-changing request (anything but GET, HEAD and OPTIONS) is refused with 403 when the browser marks it as
   sent for another site (``shared.cross_site``; the admin's own names are the ``Host`` and any
@@ -31,13 +31,6 @@ from shared.http_api import Handler, cross_site_source_of, error_response
 from .app_state import USER_KEY, admin_of
 from .login import REALM
 
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                               "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-}
 SESSION_COOKIE = "nsqadmin_session"
 TOKEN_HEADER = "X-NSQAdmin-Token"
 _TOKEN_FORMAT = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
@@ -49,6 +42,19 @@ class Refusal(NamedTuple):
 
 
 OnRefused = Callable[[web.Request, Refusal], Awaitable[None]]
+
+
+def security_headers(image_origin: str = "") -> dict[str, str]:
+    """The headers every response carries; ``image_origin`` (Graphite's, when the browser fetches its graphs
+    there) may serve images too."""
+    images = f"'self' data: {image_origin}".rstrip()
+    return {
+        "Content-Security-Policy": f"default-src 'none'; script-src 'self'; style-src 'self'; img-src {images}; "
+                                   "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "same-origin",
+    }
 
 
 def refusal_of(request: web.Request) -> Refusal | None:
@@ -118,6 +124,9 @@ def guard(on_refused: OnRefused) -> Middleware:
     return middleware
 
 
-async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare``: static files and errors included."""
-    response.headers.update(SECURITY_HEADERS)
+def adding_security_headers(headers: dict[str, str]) -> Callable[[web.Request, web.StreamResponse],
+                                                                 Awaitable[None]]:
+    """``on_response_prepare``: ``headers`` on every response, static files and errors included."""
+    async def add(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers.update(headers)
+    return add

@@ -1,6 +1,9 @@
 """The admin's pages: each route reads the cluster the way its ``/api`` twin does and hands the same JSON to a
 template. A request with ``X-Live-Fragment: 1`` (the pages' refresh script) gets only the live part of the page.
 
+Graphs come from Graphite with ``--graphite-url`` (topics' rates and sparklines, a topic's, a channel's and a
+node's graphs, the counter's), else from the admin's history (``charts``).
+
 A read where every host failed renders the error page with 502; partial failures show as the warning banner.
 """
 
@@ -21,6 +24,7 @@ from . import overview
 from .aggregation import Json
 from .app_state import AdminState, admin_of, is_admin, user_of
 from .charts import line_chart_svg
+from .graphite import GRAPH_WINDOWS, Graph, Graphite, GraphiteError
 from .history import rates
 from .security import session_token, set_session_cookie
 from .upstream import UpstreamError, Warnings
@@ -70,34 +74,51 @@ def _page(active: str) -> Callable[[PageHandler], PageHandler]:
 async def topics_page(request: web.Request) -> web.Response:
     admin, warnings = admin_of(request), Warnings()
     names, snapshot = await asyncio.gather(admin.cluster.topic_names(warnings), _counts(admin, warnings))
-    rows = overview.topic_rows(names, snapshot, await _latest_rates(admin, names))
+    if admin.graphite is None:
+        latest, sparklines = await _latest_rates(admin, names), {}
+    else:
+        window = _window(request, admin.graphite)
+        latest = await _graphite_rates(admin, admin.graphite, names, warnings)
+        sparklines = {name: admin.graphite.topic_sparklines(name, window) for name in names}
+    rows = overview.topic_rows(names, snapshot, latest)
     order = overview.sort_order(dict(request.query))
     return _render(request, "topics.html", "topics", "Topics", warnings,
-                   topics=overview.sort_rows(rows, *order), order=order, next_order=overview.next_order)
+                   topics=overview.sort_rows(rows, *order), order=order, next_order=overview.next_order,
+                   graphite=admin.graphite is not None, sparklines=sparklines)
 
 
 @_page("topics")
 async def topic_page(request: web.Request) -> web.Response:
     admin, warnings, topic_name = admin_of(request), Warnings(), request.match_info["topic"]
     topic = await admin.cluster.topic(topic_name, warnings)
-    window = _window(request)
-    (queued, peek_failed), charts = await asyncio.gather(
-        _peek(admin, topic), _charts(admin, topic_name, "", CHART_WINDOWS[window]))
+    window = _window(request, admin.graphite)
+    if admin.graphite is None:
+        (queued, peek_failed), charts = await asyncio.gather(
+            _peek(admin, topic), _charts(admin, topic_name, "", CHART_WINDOWS[window]))
+        graphs = []
+    else:
+        (queued, peek_failed), charts = await _peek(admin, topic), []
+        graphs = admin.graphite.topic_graphs(topic_name, window, _quantiles(topic))
     return _render(request, "topic.html", "topics", topic_name, warnings, topic=topic, charts=charts,
-                   chart_window=window, queued=queued, peek_failed=peek_failed)
+                   graphs=graphs, chart_window=window, queued=queued, peek_failed=peek_failed)
 
 
 @_page("topics")
 async def channel_page(request: web.Request) -> web.Response:
     admin, warnings, match = admin_of(request), Warnings(), request.match_info
     channel = await admin.cluster.channel(match["topic"], match["channel"], warnings)
-    window = _window(request)
+    window = _window(request, admin.graphite)
+    graphs: list[Graph] = []
+    if admin.graphite is None:
+        history = _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window])
+    else:
+        history = _no_charts()
+        graphs = admin.graphite.channel_graphs(match["topic"], match["channel"], window, _quantiles(channel))
     (queued, peek_failed), (dead, dead_peek_failed), charts = await asyncio.gather(
-        _peek(admin, channel), _peek(admin, channel, dead_letters=True),
-        _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window]))
+        _peek(admin, channel), _peek(admin, channel, dead_letters=True), history)
     return _render(request, "channel.html", "topics", f"{match['topic']}/{match['channel']}", warnings,
-                   channel=channel, charts=charts, chart_window=window, queued=queued, peek_failed=peek_failed,
-                   dead_letters=dead, dead_peek_failed=dead_peek_failed)
+                   channel=channel, charts=charts, graphs=graphs, chart_window=window, queued=queued,
+                   peek_failed=peek_failed, dead_letters=dead, dead_peek_failed=dead_peek_failed)
 
 
 @_page("nodes")
@@ -115,15 +136,23 @@ async def node_page(request: web.Request) -> web.Response:
     if node is None:
         return _render(request, "error.html", "nodes", "Error", warnings, status=404,
                        error=f"NODE_NOT_FOUND: no nsqd at {address}")
-    return _render(request, "node.html", "nodes", address, warnings, node=node)
+    window = _window(request, admin.graphite)
+    graphs = admin.graphite.node_graphs(address, window) if admin.graphite is not None else []
+    return _render(request, "node.html", "nodes", address, warnings, node=node, graphs=graphs, chart_window=window)
 
 
 @_page("counter")
 async def counter_page(request: web.Request) -> web.Response:
     admin, warnings = admin_of(request), Warnings()
     stats = await admin.cluster.counter(warnings)
+    window = _window(request, admin.graphite)
+    graphs = []
+    if admin.graphite is not None:
+        graphs = [admin.graphite.graph("Messages processed (msg/s)", [admin.graphite.counter_target()],
+                                       "message_count", window)]
     return _render(request, "counter.html", "counter", "Counter", warnings,
-                   total=sum(entry["message_count"] for entry in stats.values()))
+                   total=sum(entry["message_count"] for entry in stats.values()), graphs=graphs,
+                   chart_window=window)
 
 
 @_page("lookup")
@@ -145,9 +174,20 @@ async def audit_page(request: web.Request) -> web.Response:
     return _render(request, "audit.html", "audit", "Audit log", Warnings(), entries=entries)
 
 
-def _window(request: web.Request) -> str:
-    window = request.query.get("window", "1h")
-    return window if window in CHART_WINDOWS else "1h"
+def _window(request: web.Request, graphite: Graphite | None) -> str:
+    """The graphs' time frame: ``?window=``, one of Graphite's (2h unless asked, as nsqadmin) or the history's."""
+    windows, default = (GRAPH_WINDOWS, "2h") if graphite is not None else (tuple(CHART_WINDOWS), "1h")
+    window = request.query.get("window", default)
+    return window if window in windows else default
+
+
+def _quantiles(queue: Json) -> list[float]:
+    """The e2e latency quantiles nsqd computes for a topic or channel (none without --e2e-processing-latency-*)."""
+    return [item["quantile"] for item in queue["e2e_processing_latency"].get("percentiles") or []]
+
+
+async def _no_charts() -> list[Markup]:
+    return []
 
 
 async def _charts(admin: AdminState, topic: str, channel: str, seconds: int) -> list[Markup]:
@@ -181,6 +221,27 @@ async def _counts(admin: AdminState, warnings: Warnings) -> list[Json]:
     except UpstreamError as error:
         warnings.append(str(error))
         return []
+
+
+async def _graphite_rates(admin: AdminState, graphite: Graphite, topics: list[str],
+                          warnings: Warnings) -> dict[str, float]:
+    """Each topic's rate over Graphite's last full interval (none while Graphite has no point for it)."""
+    async def rate(topic: str) -> str:
+        return await graphite.rate(admin.session, graphite.topic_target(topic, "message_count"))
+
+    answers = await asyncio.gather(*(rate(topic) for topic in topics), return_exceptions=True)
+    latest, failures = {}, []
+    for topic, answer in zip(topics, answers):
+        if isinstance(answer, GraphiteError):
+            failures.append(answer)
+        elif isinstance(answer, BaseException):
+            raise answer
+        elif answer != "N/A":
+            latest[topic] = float(answer)
+    if failures:  # one warning, not one a topic
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        warnings.append(f"Graphite: {failures[0]}{more}")
+    return latest
 
 
 async def _latest_rates(admin: AdminState, topics: list[str]) -> dict[str, float]:
