@@ -14,6 +14,7 @@ Pure but for ``rate``: URLs and targets are made from the options alone.
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -55,7 +56,7 @@ def sanitize(name: str) -> str:
 @dataclass(frozen=True)
 class Graphite:
     url: str  # graphite-web's base URL, without credentials
-    auth: aiohttp.BasicAuth | None  # the credentials --graphite-url gives
+    authorization: str  # the Authorization header for the credentials --graphite-url gives ("" without)
     image_base: str  # where the browser fetches /render from: the Graphite URL, or the admin's own path
     prefix: str
     counter_format: str
@@ -71,11 +72,18 @@ class Graphite:
         host = parts.hostname or ""
         netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
         url = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-        auth = aiohttp.BasicAuth(unquote(parts.username or ""), unquote(parts.password or "")) \
-            if parts.username is not None else None
+        authorization = ""
+        if parts.username is not None:
+            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            authorization = "Basic " + base64.b64encode(credentials).decode()
         image_base = opts.base_path.rstrip("/") if opts.proxy_graphite else url
-        return cls(url, auth, image_base, opts.statsd_prefix, opts.statsd_counter_format, opts.statsd_gauge_format,
+        return cls(url, authorization, image_base, opts.statsd_prefix, opts.statsd_counter_format, opts.statsd_gauge_format,
                    int(opts.statsd_interval))
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a request to Graphite carries."""
+        return {"Authorization": self.authorization} if self.authorization else {}
 
     @property
     def image_origin(self) -> str:
@@ -182,7 +190,7 @@ class Graphite:
         query = {"target": target, "format": "json", "from": f"-{2 * self.interval}sec",
                  "until": f"-{self.interval}sec"}
         try:
-            async with session.get(f"{self.url}/render", params=query, auth=self.auth) as response:
+            async with session.get(f"{self.url}/render", params=query, headers=self.headers) as response:
                 if response.status != 200:
                     raise GraphiteError(f"{self.url}/render answered {response.status}")
                 series: list[dict[str, Any]] = await response.json(content_type=None)

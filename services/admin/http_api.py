@@ -215,7 +215,7 @@ async def graphite_render(request: web.Request) -> web.Response:
     assert graphite is not None  # the route exists only with a Graphite URL
     upstream_url = URL(f"{graphite.url}/render?{request.rel_url.raw_query_string}", encoded=True)
     try:
-        async with admin.session.get(upstream_url, auth=graphite.auth) as upstream:
+        async with admin.session.get(upstream_url, headers=graphite.headers) as upstream:
             body = await upstream.read()
             content_type = upstream.headers.get("Content-Type", "application/octet-stream")
             return web.Response(status=upstream.status, body=body, headers={"Content-Type": content_type})
