@@ -1,5 +1,5 @@
-"""Inline SVG line charts for the admin's pages, drawn from the admin's own history (nsqadmin draws graphite images
-instead, which needs a graphite server this admin does not require).
+"""Inline SVG line charts for the admin's pages, drawn from the admin's own history: what the pages show unless
+``--graphite-url`` names a Graphite to draw them (``graphite``), as nsqadmin's need one.
 
 A chart is drawn at about the size it is shown (600 x 240, two to a row on a laptop's screen), so its labels read
 at the size of the page's text: a title with the unit, a y axis of round values with grid lines, a time axis of

@@ -66,7 +66,9 @@ class Pages:
                                undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
         self.env.globals.update(url=self.url, version=version, present_columns=present_columns,
                                 channel_columns=CHANNEL_COLUMNS, topic_columns=TOPIC_COLUMNS,
-                                graph_windows=GRAPH_WINDOWS)
+                                graph_windows=GRAPH_WINDOWS,
+                                # what a page shows of Graphite when the admin has none (web_ui gives the rest)
+                                graphite=False, graphs=(), sparklines={})
         self.env.filters.update(commafy=commafy, duration_ns=duration_ns, percent=percent,
                                 nanos_to_human=nanos_to_human, urlpart=urlpart, datetime=format_datetime,
                                 body_preview=body_preview)
