@@ -66,8 +66,10 @@ TEST_PROGRAMS := /usr/bin/chromium /usr/bin/strace /usr/sbin/ip /usr/sbin/iptabl
 TEST_PACKAGES := chromium strace iproute2 iptables etcd-server curl graphite-carbon graphite-web
 STATSD := $(VENV)/npm/node_modules/statsd/stats.js
 test-programs: test-programs-debian $(STATSD)
-$(STATSD): | $(STAMP)
-	@if command -v npm >/dev/null; then npm install --prefix $(VENV)/npm --omit=optional --no-audit --no-fund \
+$(STATSD): | $(STAMP) test-programs-debian
+	@if ! command -v npm >/dev/null && command -v apt-get >/dev/null && [ "$$(id -u)" -eq 0 ]; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Dpkg::Use-Pty=0 npm; fi; \
+	if command -v npm >/dev/null; then npm install --prefix $(VENV)/npm --omit=optional --no-audit --no-fund \
 	  --no-save --loglevel=error statsd@0.9.0; else echo "no npm: the Graphite tests will be skipped"; fi
 test-programs-debian:
 	@for program in $(TEST_PROGRAMS); do test -x $$program || missing=1; done; test -z "$$missing" || { \

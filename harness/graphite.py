@@ -104,8 +104,9 @@ DATABASES = {{"default": {{"NAME": {str(storage / 'graphite.db')!r}, "ENGINE": "
 """)
         environment = {"PYTHONPATH": str(self.directory), "GRAPHITE_SETTINGS_MODULE": "graphite_settings",
                        "DJANGO_SETTINGS_MODULE": "graphite.settings"}
-        subprocess.run(["/usr/bin/python3", "-m", "django", "migrate", "--run-syncdb", "-v", "0"],
-                       env={**os.environ, **environment}, check=True, capture_output=True, timeout=120)
+        migrate = subprocess.run(["/usr/bin/python3", "-m", "django", "migrate", "--run-syncdb", "-v", "0"],
+                                 env={**os.environ, **environment}, capture_output=True, text=True, timeout=120)
+        assert migrate.returncode == 0, f"graphite-web's database did not set up:\n{migrate.stderr}"
         self._spawn("graphite-web", ["/usr/bin/python3", "-m", "django", "runserver", "--noreload", "--nothreading",
                                      f"127.0.0.1:{self.web_port}"], environment)
         wait_for(lambda: _accepts(self.web_port), 60, "graphite-web")
@@ -121,10 +122,9 @@ DATABASES = {{"default": {{"NAME": {str(storage / 'graphite.db')!r}, "ENGINE": "
         wait_for(lambda: "server is up" in self.log("statsd"), 30, "statsd")
 
     def _spawn(self, name: str, command: list[str], environment: dict[str, str], cwd: Path | None = None) -> None:
-        log = (self.directory / f"{name}.log").open("wb")
-        process = subprocess.Popen(command, env={**os.environ, **environment}, cwd=cwd or self.directory,
-                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
+        with (self.directory / f"{name}.log").open("wb") as log:
+            process = subprocess.Popen(command, env={**os.environ, **environment}, cwd=cwd or self.directory,
+                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._processes.append((name, process))
 
     def log(self, name: str) -> str:
@@ -139,13 +139,12 @@ DATABASES = {{"default": {{"NAME": {str(storage / 'graphite.db')!r}, "ENGINE": "
         return [{"target": s["target"], "points": [p for p in s["datapoints"] if p[0] is not None]} for s in series]
 
     def stop(self) -> None:
-        for name, process in reversed(self._processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
+        for _, process in reversed(self._processes):
+            _signal_group(process, signal.SIGTERM)
             try:
                 process.wait(15)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+                _signal_group(process, signal.SIGKILL)
                 process.wait()
         self._processes.clear()
 
@@ -158,6 +157,14 @@ DATABASES = {{"default": {{"NAME": {str(storage / 'graphite.db')!r}, "ENGINE": "
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
+    """``sig`` to the process and what it started (graphite-web's server forks), unless it is gone already."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _accepts(port: int) -> bool:
@@ -178,5 +185,3 @@ def wait_for_series(chain: GraphiteChain, target: str, timeout: float = 60.0,
         points = [point for s in series for point in s["points"]]
         return points if until(points) else None
     return wait_for(ready, timeout, lambda: f"{target} in graphite (statsd log: {chain.log('statsd')[-2000:]})")
-
-

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import base64
 import re
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import NamedTuple
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
 import aiohttp
@@ -36,7 +36,8 @@ _KINDS = {
 # what statsd itself does to a name's characters (Etsy's statsd and bitly's statsdaemon alike)
 _UNSAFE = re.compile(r"[^a-zA-Z0-9\-_.]")
 
-LARGE = {"width": "600", "height": "240", "fgcolor": "555555"}
+ON_PAGE = {"width": "600", "height": "240", "fgcolor": "555555"}
+LARGE = {"width": "800", "height": "450", "fgcolor": "555555"}  # what a graph links to, nsqadmin's size
 SPARKLINE = {"width": "120", "height": "20", "hideGrid": "true", "hideLegend": "true", "hideAxes": "true",
              "margin": "0", "fgcolor": "black"}
 
@@ -56,7 +57,7 @@ def sanitize(name: str) -> str:
 @dataclass(frozen=True)
 class Graphite:
     url: str  # graphite-web's base URL, without credentials
-    authorization: str  # the Authorization header for the credentials --graphite-url gives ("" without)
+    authorization: str = field(repr=False)  # the header for the credentials --graphite-url gives ("" without)
     image_base: str  # where the browser fetches /render from: the Graphite URL, or the admin's own path
     prefix: str
     counter_format: str
@@ -97,7 +98,9 @@ class Graphite:
 
     def node_prefix(self, node: str) -> str:
         """``--statsd-prefix`` for ``node`` (``*``: every node), ending in a dot."""
-        prefix = self.prefix.replace("%s", node.replace(".", "_").replace(":", "_"))
+        # as nsqd makes its key, then as statsd stores it (an IPv6 node's brackets dropped)
+        key = node if node == "*" else sanitize(node.replace(".", "_").replace(":", "_"))
+        prefix = self.prefix.replace("%s", key)
         return prefix if prefix.endswith(".") or not prefix else prefix + "."
 
     def series(self, stat: str, kind_of: str) -> str:
@@ -142,15 +145,16 @@ class Graphite:
         being pushed; nsqadmin stops a minute ago, its default interval)."""
         summary = f"{self.interval}sec"
         if _KINDS.get(key) == "counter":
-            targets = [f"scale({target},{1 / self.interval:g})" for target in targets]
+            targets = [f"scale({target},{1 / self.interval:.12g})" for target in targets]
         query = [("target", f'summarize({target},"{summary}","avg")') for target in targets]
         query += [*size.items(), ("bgcolor", "ff000000"), ("yMin", "0"), ("lineMode", "connected"),
                   ("drawNullAsZero", "false"), ("from", f"-{window}"), ("until", f"-{self.interval}sec")]
         return f"{self.image_base}/render?{urlencode(query)}"
 
     def graph(self, title: str, targets: list[str], key: str, window: str, sparkline: bool = False) -> Graph:
-        large = self.render_url(targets, key, window, {**LARGE, "title": title})
-        return Graph(title, self.render_url(targets, key, window, SPARKLINE) if sparkline else large, large)
+        shown = SPARKLINE if sparkline else {**ON_PAGE, "title": title}
+        return Graph(title, self.render_url(targets, key, window, shown),
+                     self.render_url(targets, key, window, {**LARGE, "title": title}))
 
     def topic_graphs(self, topic: str, window: str, quantiles: list[float]) -> list[Graph]:
         graphs = [self.graph("Depth (messages)", [self.topic_target(topic, "depth")], "depth", window),
@@ -185,21 +189,49 @@ class Graphite:
 
     async def rate(self, session: aiohttp.ClientSession, target: str) -> str:
         """nsqadmin's ``/api/graphite?metric=rate``: a counter's last full interval per second (``%.2f``), or
-        ``N/A`` when Graphite has no point for it. The interval's points are summed: Graphite may keep finer
-        points than nsqd pushes (nsqadmin takes the first, assuming one). Raises ``GraphiteError``."""
-        query = {"target": target, "format": "json", "from": f"-{2 * self.interval}sec",
-                 "until": f"-{self.interval}sec"}
+        ``N/A`` when Graphite has no point for it. Raises ``GraphiteError``."""
+        return (await self.rates(session, [target]))[0]
+
+    async def rates(self, session: aiohttp.ClientSession, targets: list[str]) -> list[str]:
+        """``rate`` of each target, asked in one request (the topics page has one a topic). The interval's points
+        are summed: Graphite may keep finer points than nsqd pushes (nsqadmin takes the first, assuming one).
+        Sent as a form, so that many targets fit."""
+        if not targets:
+            return []
+        form = [("format", "json"), ("from", f"-{2 * self.interval}sec"), ("until", f"-{self.interval}sec"),
+                *(("target", f'alias({target},"{index}")') for index, target in enumerate(targets))]
+        headers = {**self.headers, "Content-Type": "application/x-www-form-urlencoded"}
         try:
-            async with session.get(f"{self.url}/render", params=query, headers=self.headers) as response:
+            async with session.post(f"{self.url}/render", data=urlencode(form), headers=headers) as response:
                 if response.status != 200:
                     raise GraphiteError(f"{self.url}/render answered {response.status}")
-                series: list[dict[str, Any]] = await response.json(content_type=None)
+                answer = await response.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             raise GraphiteError(f"{self.url}/render: {error or type(error).__name__}") from error
-        points = [point[0] for s in series for point in s.get("datapoints", []) if point[0] is not None]
-        if not points or sum(points) < 0:
-            return "N/A"
-        return f"{sum(points) / self.interval:.2f}"
+        points = _points_by_target(answer)
+        if points is None:
+            raise GraphiteError(f"{self.url}/render answered something other than a list of series")
+        return [_rate(points.get(str(index), []), self.interval) for index in range(len(targets))]
+
+
+def _points_by_target(answer: object) -> dict[str, list[float]] | None:
+    """The values of a ``format=json`` answer's series, by name; None when it is not such an answer."""
+    if not isinstance(answer, list):
+        return None
+    points: dict[str, list[float]] = {}
+    for series in answer:
+        if not isinstance(series, dict) or not isinstance(series.get("datapoints"), list):
+            return None
+        values = points.setdefault(str(series.get("target")), [])
+        for point in series["datapoints"]:
+            if isinstance(point, list) and point and isinstance(point[0], (int, float)):
+                values.append(float(point[0]))
+    return points
+
+
+def _rate(values: list[float], interval: int) -> str:
+    total = sum(values)
+    return "N/A" if not values or total < 0 else f"{total / interval:.2f}"
 
 
 class GraphiteError(Exception):

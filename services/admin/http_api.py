@@ -21,7 +21,6 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from yarl import URL
 
 from shared.http_api import Handler, HTTPError, json_response, nsq_errors, redirect_fixed_paths
 from shared.runtime_config import address_list, option_value, set_log_level
@@ -30,11 +29,18 @@ from . import security, web_ui
 from .actions import ACTION_ROUTES, PLANNERS_KEY, audit_refusal, run_action
 from .app_state import ADMIN_KEY, AdminState, admin_of
 from .graphite import GraphiteError
+from .options import redact_url
 from .upstream import UpstreamError, Warnings
 
 log = logging.getLogger("nsqadmin")
 
 _CONFIG_BODY_LIMIT = 1024 * 1024
+# what the Graphite proxy passes on: the parameters the pages' graphs use, the formats they take
+RENDER_PARAMETERS = frozenset({"target", "from", "until", "format", "width", "height", "title", "colorList",
+                               "hideGrid", "hideLegend", "hideAxes", "bgcolor", "fgcolor", "margin", "yMin",
+                               "lineMode", "drawNullAsZero"})
+RENDER_FORMATS = {"png": "image/png", "json": "application/json"}
+RENDER_BODY_LIMIT = 16 * 1024 * 1024
 PEEK_DEFAULT, PEEK_MAX = 10, 100  # as nsqd's peek: messages per node
 
 
@@ -208,19 +214,25 @@ async def api_graphite(request: web.Request) -> web.Response:
 
 
 async def graphite_render(request: web.Request) -> web.Response:
-    """``--proxy-graphite``: Graphite's render API through the admin, the query passed on as it came, with the
-    credentials ``--graphite-url`` gives."""
+    """``--proxy-graphite``: Graphite's render API through the admin, with the credentials ``--graphite-url``
+    gives. Only what the pages ask passes (``RENDER_PARAMETERS``), and only PNG images and JSON data come back:
+    nothing the admin's origin would serve as script or markup (Graphite's ``jsonp``, SVG)."""
     admin = admin_of(request)
     graphite = admin.graphite
     assert graphite is not None  # the route exists only with a Graphite URL
-    upstream_url = URL(f"{graphite.url}/render?{request.rel_url.raw_query_string}", encoded=True)
+    if request.query.get("format", "png") not in RENDER_FORMATS:
+        raise HTTPError(400, "INVALID_ARG_FORMAT")
+    query = [(key, value) for key, value in request.query.items() if key in RENDER_PARAMETERS]
     try:
-        async with admin.session.get(upstream_url, headers=graphite.headers) as upstream:
-            body = await upstream.read()
-            content_type = upstream.headers.get("Content-Type", "application/octet-stream")
-            return web.Response(status=upstream.status, body=body, headers={"Content-Type": content_type})
+        async with admin.session.get(f"{graphite.url}/render", params=query, headers=graphite.headers) as upstream:
+            content_type = upstream.content_type
+            body = await upstream.content.read(RENDER_BODY_LIMIT + 1)
     except (aiohttp.ClientError, TimeoutError) as error:
         raise HTTPError(502, f"UPSTREAM_ERROR: {graphite.url}/render: {error or type(error).__name__}") from None
+    if upstream.status != 200 or content_type not in RENDER_FORMATS.values() or len(body) > RENDER_BODY_LIMIT:
+        raise HTTPError(502, f"UPSTREAM_ERROR: {graphite.url}/render answered {upstream.status} {content_type}, "
+                             f"{len(body)} bytes")
+    return web.Response(body=body, content_type=content_type)
 
 
 def _int_arg(request: web.Request, name: str, default: int) -> int:
@@ -256,7 +268,10 @@ def _check_config_access(request: web.Request) -> None:
 
 async def get_config(request: web.Request) -> web.Response:
     _check_config_access(request)
-    return json_response(option_value(admin_of(request).opts, request.match_info["opt"], unknown_status=404))
+    value = option_value(admin_of(request).opts, request.match_info["opt"], unknown_status=404)
+    if request.match_info["opt"] == "graphite_url":
+        value = redact_url(value)  # the password goes to Graphite alone
+    return json_response(value)
 
 
 async def put_config(request: web.Request) -> web.Response:

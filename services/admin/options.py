@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from shared.addresses import split_host_port
 from shared.cross_site import normalize_origin
@@ -76,15 +76,7 @@ class Options(ProgramOptions):
                 ipaddress.ip_network(self.allow_config_from_cidr, strict=False)
             except ValueError:
                 raise FlagError(f"--allow-config-from-cidr: invalid CIDR {self.allow_config_from_cidr!r}") from None
-        if self.graphite_url:
-            parts = urlsplit(self.graphite_url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise FlagError(f"--graphite-url {self.graphite_url!r} must be http[s]://host[:port][/path]")
-            self.graphite_url = self.graphite_url.rstrip("/")
-        elif self.proxy_graphite:
-            raise FlagError("--proxy-graphite needs --graphite-url")
-        if self.statsd_interval < 1 or not float(self.statsd_interval).is_integer():
-            raise FlagError("--statsd-interval must be a whole number of seconds, at least 1s")
+        self._validate_graphite()
         if self.history_interval < 0 or self.history_retention <= 0:
             raise FlagError("--history-interval must be >= 0 and --history-retention > 0")
         self.base_path = normalize_base_path(self.base_path)
@@ -93,6 +85,34 @@ class Options(ProgramOptions):
         except ValueError as error:
             raise FlagError(f"--allowed-origin: {error}") from None
 
+
+    def _validate_graphite(self) -> None:
+        if not self.graphite_url:
+            if self.proxy_graphite:
+                raise FlagError("--proxy-graphite needs --graphite-url")
+            return  # the statsd flags are not used then, and NSQ's nsqadmin accepts them as given
+        parts = urlsplit(self.graphite_url)
+        try:
+            parts.port
+        except ValueError:
+            parts = parts._replace(netloc="")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise FlagError(f"--graphite-url {redact_url(self.graphite_url)!r} must be "
+                            "http[s]://[user:password@]host[:port][/path]")
+        if parts.username is not None and not self.proxy_graphite:
+            raise FlagError("--graphite-url with credentials needs --proxy-graphite: browsers fetch the graphs "
+                            "themselves otherwise, and do not send credentials in an image's URL")
+        self.graphite_url = self.graphite_url.rstrip("/")
+        if self.statsd_interval < 1 or not float(self.statsd_interval).is_integer():
+            raise FlagError("--statsd-interval must be a whole number of seconds, at least 1s")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without the password it may carry (``http://user:***@host``)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
 
 def normalize_base_path(path: str) -> str:
     """As nsqadmin: a leading ``/`` and Go's ``path.Clean`` (``//a/./b/`` -> ``/a/b``)."""

@@ -112,7 +112,7 @@ async def channel_page(request: web.Request) -> web.Response:
     if admin.graphite is None:
         history = _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window])
     else:
-        history = _no_charts()
+        history = _history_not_shown()
         graphs = admin.graphite.channel_graphs(match["topic"], match["channel"], window, _quantiles(channel))
     (queued, peek_failed), (dead, dead_peek_failed), charts = await asyncio.gather(
         _peek(admin, channel), _peek(admin, channel, dead_letters=True), history)
@@ -186,7 +186,8 @@ def _quantiles(queue: Json) -> list[float]:
     return [item["quantile"] for item in queue["e2e_processing_latency"].get("percentiles") or []]
 
 
-async def _no_charts() -> list[Markup]:
+async def _history_not_shown() -> list[Markup]:
+    """The channel page's charts when Graphite draws its graphs."""
     return []
 
 
@@ -226,22 +227,13 @@ async def _counts(admin: AdminState, warnings: Warnings) -> list[Json]:
 async def _graphite_rates(admin: AdminState, graphite: Graphite, topics: list[str],
                           warnings: Warnings) -> dict[str, float]:
     """Each topic's rate over Graphite's last full interval (none while Graphite has no point for it)."""
-    async def rate(topic: str) -> str:
-        return await graphite.rate(admin.session, graphite.topic_target(topic, "message_count"))
-
-    answers = await asyncio.gather(*(rate(topic) for topic in topics), return_exceptions=True)
-    latest, failures = {}, []
-    for topic, answer in zip(topics, answers):
-        if isinstance(answer, GraphiteError):
-            failures.append(answer)
-        elif isinstance(answer, BaseException):
-            raise answer
-        elif answer != "N/A":
-            latest[topic] = float(answer)
-    if failures:  # one warning, not one a topic
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        warnings.append(f"Graphite: {failures[0]}{more}")
-    return latest
+    try:
+        answers = await graphite.rates(admin.session, [graphite.topic_target(topic, "message_count")
+                                                       for topic in topics])
+    except GraphiteError as error:
+        warnings.append(f"Graphite: {error}")
+        return {}
+    return {topic: float(answer) for topic, answer in zip(topics, answers) if answer != "N/A"}
 
 
 async def _latest_rates(admin: AdminState, topics: list[str]) -> dict[str, float]:

@@ -37,11 +37,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, obje
                                         "--e2e-processing-latency-percentile=0.99"))
                 started.append(nodes[-1])
             admins = []
-            for n, extra in enumerate(((), ("--proxy-graphite",))):
+            # the proxied one with credentials, which only it sends (graphite-web here takes any)
+            with_credentials = chain.url.replace("http://", "http://ops:s3cret@")
+            for n, extra in enumerate(((f"--graphite-url={chain.url}",),
+                                       (f"--graphite-url={with_credentials}", "--proxy-graphite"))):
                 (scratch / f"admin{n}").mkdir()
                 admins.append(start_admin(f"--lookupd-http-address={lookupd.http_address_text}",
-                                          f"--graphite-url={chain.url}", f"--statsd-interval={INTERVAL}", *extra,
-                                          data_path=scratch / f"admin{n}"))
+                                          f"--statsd-interval={INTERVAL}", *extra, data_path=scratch / f"admin{n}"))
                 started.append(admins[-1])
             for node, count in zip(nodes, (30, 20)):
                 assert node.http("POST", "/topic/create?topic=clicks")[0] == 200
@@ -84,20 +86,33 @@ def test_the_admins_graphs_and_rates_find_what_nsqd_sent(cluster: dict[str, obje
     assert len(images) == 8  # depth, in-flight, deferred, rate, requeued, timed out, connections, e2e latency
     assert all(url.startswith(chain.url + "/render?") for url in images)
     by_title = {dict(parse_qsl(urlsplit(url).query))["title"]: url for url in images}
-    # the depth graph's own query, as data: both nodes' depth summed
-    assert last_value(chain, by_title["Depth (messages)"]) == 50
     assert {"Connections", "In-Flight (messages)", "E2E latency (ms)"} <= set(by_title)
+    # the depth graph's own query, as data: both nodes' depth summed
+    wait_for(lambda: last_value(chain, by_title["Depth (messages)"]) == 50, 30, "the depth graph's 50 messages")
 
-    rate_target = "sumSeries(stats.counters.nsq.*.topic.clicks.message_count.count)"
-    status, _, body = admin.http("GET", "/api/graphite?" + urlencode({"metric": "rate", "target": rate_target}))
-    assert status == 200 and re.fullmatch(r"\d+\.\d\d|N/A", json.loads(body)["rate"])
+    # a rate is the last full interval's count per second: a burst shows in it, then goes out of the window (on a
+    # topic of its own: the other tests count the clicks)
+    nodes = cluster["nodes"]
+    assert isinstance(nodes, list)
+    nodes[0].multi_publish("bursts", [b"burst"] * 100)
+    rate_target = "sumSeries(stats.counters.nsq.*.topic.bursts.message_count.count)"
+    rate_path = "/api/graphite?" + urlencode({"metric": "rate", "target": rate_target})
+
+    def rate() -> float | None:
+        status, _, body = admin.http("GET", rate_path)
+        assert status == 200, body
+        value = json.loads(body)["rate"]
+        assert re.fullmatch(r"\d+\.\d\d|N/A", value), value
+        return float(value) if value != "N/A" and float(value) > 0 else None
+    assert wait_for(rate, 30, "a rate above 0", interval=0.2) == 50.0  # 100 messages in a 2s interval
     assert admin.http("GET", "/api/graphite?metric=depth&target=x")[0] == 400
     assert json.loads(admin.http("GET", "/api/graphite?metric=rate")[2])["message"] == "INVALID_ARG_TARGET"
 
     status, headers, body = admin.http("GET", "/topics")
     page = body.decode()
     assert status == 200 and "from Graphite&#39;s last interval" in page
-    assert len(re.findall(r'<img class="sparkline" src="' + re.escape(chain.url), page)) == 2
+    sparklines = re.findall(r'<img class="sparkline" src="([^"]+)" alt="(\w+) of clicks"', page)
+    assert [(url.startswith(chain.url), title) for url, title in sparklines] == [(True, "Depth"), (True, "Rate")]
     assert chain.url.split("//")[1] in headers["Content-Security-Policy"]  # the browser may load its images
 
 
@@ -111,6 +126,12 @@ def test_the_proxied_admin_serves_graphites_images_itself(cluster: dict[str, obj
     status, headers, body = admin.http("GET", images[0] + "&format=json")
     assert status == 200 and json.loads(body)[0]["datapoints"]
     assert "img-src 'self' data:;" in headers["Content-Security-Policy"]
+    # only images and data pass: no script (jsonp) or markup (svg) from the admin's own origin
+    status, headers, body = admin.http("GET", images[0] + "&format=json&jsonp=alert")
+    assert status == 200 and headers["Content-Type"].startswith("application/json") and body.startswith(b"[")
+    status, _, body = admin.http("GET", images[0] + "&format=svg")
+    assert (status, json.loads(body)["message"]) == (400, "INVALID_ARG_FORMAT")
+    assert json.loads(admin.http("GET", "/config/graphite_url")[2]) == chain.url.replace("//", "//ops:***@")
 
 
 @requires_chromium
@@ -120,8 +141,10 @@ def test_the_browser_draws_every_graph(cluster: dict[str, object]) -> None:
     for admin in (cluster["direct"], cluster["proxied"]):
         assert isinstance(admin, NSQDProcess)
         with chromium_page() as page:
+            topics = json.loads(admin.http("GET", "/api/topics")[2])["topics"]
             for path, count in (("/topics/clicks", 3), ("/topics/clicks/archive", 8),
-                                (f"/nodes/127.0.0.1:{nodes[0].http_port}", 4), ("/counter", 1), ("/topics", 2)):
+                                (f"/nodes/127.0.0.1:{nodes[0].http_port}", 4), ("/counter", 1),
+                                ("/topics", 2 * len(topics))):  # a depth and a rate sparkline each
                 page.goto(admin.http_url(path + "?window=1h"))
                 page.wait_for_load_state("networkidle")
                 drawn = page.evaluate("""() => [...document.querySelectorAll('img.graph, img.sparkline')]
@@ -134,9 +157,9 @@ def graph_urls(page: str) -> list[str]:
     return [url.replace("&amp;", "&") for url in re.findall(r'<img class="graph" src="([^"]+)"', page)]
 
 
-def last_value(chain: GraphiteChain, image_url: str) -> float:
+def last_value(chain: GraphiteChain, image_url: str) -> float | None:
     """The last point of the first series an image's query draws, asked of graphite-web as JSON."""
-    query = [(key, value) for key, value in parse_qsl(urlsplit(image_url).query) if key in ("target", "from")]
-    series = chain.render([value for key, value in query if key == "target"])
-    return float(series[0]["points"][-1][0])
+    targets = [value for key, value in parse_qsl(urlsplit(image_url).query) if key == "target"]
+    points = chain.render(targets)[0]["points"]
+    return float(points[-1][0]) if points else None
 

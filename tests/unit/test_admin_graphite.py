@@ -5,6 +5,8 @@ HTTP server answering as graphite-web does."""
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qsl, urlsplit
 
 import aiohttp
@@ -12,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from services.admin.graphite import Graphite, GraphiteError, sanitize
-from services.admin.options import Options
+from services.admin.options import Options, redact_url
 from shared.flags import FlagError
 
 
@@ -64,7 +66,7 @@ def test_images_draw_counters_per_second_averaged_over_the_interval() -> None:
     sparkline = dict(parse_qsl(urlsplit(gauge.image).query))
     assert sparkline["target"] == 'summarize(sumSeries(stats.gauges.nsq.*.topic.t.depth),"10sec","avg")'
     assert sparkline["width"] == "120" and sparkline["hideAxes"] == "true"
-    assert dict(parse_qsl(urlsplit(gauge.large).query))["width"] == "600"
+    assert dict(parse_qsl(urlsplit(gauge.large).query))["width"] == "800"
 
 
 def test_credentials_go_to_the_proxy_not_the_browser() -> None:
@@ -78,46 +80,76 @@ def test_credentials_go_to_the_proxy_not_the_browser() -> None:
 
 
 @pytest.mark.parametrize("flags, error", [
-    ({"graphite_url": "graphite:8080"}, "--graphite-url 'graphite:8080' must be http[s]://host[:port][/path]"),
+    ({"graphite_url": "graphite:8080"}, "--graphite-url 'graphite:8080' must be http[s]://"),
+    ({"graphite_url": "http://graphite:port"}, "--graphite-url 'http://graphite:port' must be http[s]://"),
+    ({"graphite_url": "http://ops:pw@graphite"}, "--graphite-url with credentials needs --proxy-graphite"),
     ({"graphite_url": "", "proxy_graphite": True}, "--proxy-graphite needs --graphite-url"),
-    ({"statsd_interval": 0.5}, "--statsd-interval must be a whole number of seconds, at least 1s"),
+    ({"graphite_url": "http://graphite", "statsd_interval": 0.5},
+     "--statsd-interval must be a whole number of seconds, at least 1s"),
 ])
 def test_bad_graphite_flags_are_refused(flags: dict[str, object], error: str) -> None:
     opts = Options(nsqd_http_addresses=["127.0.0.1:4151"], **flags)  # type: ignore[arg-type]
-    with pytest.raises(FlagError, match=error.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(FlagError, match=re.escape(error)):
         opts.validate()
-    assert Graphite.from_options(Options(nsqd_http_addresses=["127.0.0.1:4151"])) is None
 
 
-async def test_a_rate_is_the_last_intervals_count_per_second() -> None:
-    answers: list[tuple[int, object]] = []
-    asked: list[dict[str, str]] = []
+def test_without_graphite_the_statsd_flags_are_accepted_as_nsqadmin_accepts_them() -> None:
+    opts = Options(nsqd_http_addresses=["127.0.0.1:4151"], statsd_interval=0.5)
+    opts.validate()
+    assert Graphite.from_options(opts) is None
 
-    async def render(request: web.Request) -> web.Response:
-        asked.append({**request.query, "authorization": request.headers.get("Authorization", "")})
-        status, body = answers.pop(0)
-        return web.Response(status=status, text=json.dumps(body), content_type="application/json")
 
+def test_a_password_is_never_shown() -> None:
+    assert redact_url("https://ops:s3cret@graphite:8080/x") == "https://ops:***@graphite:8080/x"
+    assert redact_url("http://graphite") == "http://graphite"
+    assert "s3cret" not in repr(graphite(graphite_url="https://ops:s3cret@graphite", proxy_graphite=True))
+
+
+def test_an_ipv6_nodes_series_are_named_as_statsd_stores_them() -> None:
+    # nsqd's key for [::1]:4151 is "[__1]_4151"; statsd drops the brackets
+    assert graphite().node_target("[::1]:4151", "heap_objects") == "stats.gauges.nsq.__1_4151.mem.heap_objects"
+
+
+async def serve(handler: Callable[[web.Request], Awaitable[web.Response]]) -> web.AppRunner:
+    """A real HTTP server on a free loopback port answering ``/render`` with ``handler``."""
     app = web.Application()
-    app.router.add_get("/render", render)
+    app.router.add_route("*", "/render", handler)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner
+
+
+async def test_rates_are_the_last_intervals_count_per_second_asked_at_once() -> None:
+    answers: list[tuple[int, str]] = []
+    asked: list[dict[str, object]] = []
+
+    async def render(request: web.Request) -> web.Response:
+        form = await request.post()
+        asked.append({"method": request.method, "targets": form.getall("target"), "from": form["from"],
+                      "until": form["until"], "authorization": request.headers.get("Authorization", "")})
+        status, body = answers.pop(0)
+        return web.Response(status=status, text=body, content_type="application/json")
+
+    runner = await serve(render)
     port = runner.addresses[0][1]
-    g = graphite(graphite_url=f"http://ops:pw@127.0.0.1:{port}", statsd_interval=10.0)
+    g = graphite(graphite_url=f"http://ops:pw@127.0.0.1:{port}", proxy_graphite=True, statsd_interval=10.0)
     try:
         async with aiohttp.ClientSession() as session:
             # Graphite may keep finer points than nsqd pushes: the interval's points are summed
-            answers.append((200, [{"target": "t", "datapoints": [[120.0, 1], [None, 2], [5.0, 3]]}]))
-            assert await g.rate(session, "sumSeries(x)") == "12.50"
-            assert asked[-1] == {"target": "sumSeries(x)", "format": "json", "from": "-20sec", "until": "-10sec",
-                                 "authorization": "Basic b3BzOnB3"}  # ops:pw
-            answers.append((200, []))
+            answers.append((200, json.dumps([{"target": "1", "datapoints": [[120.0, 1], [None, 2], [5.0, 3]]},
+                                             {"target": "0", "datapoints": [[None, 1]]}])))
+            assert await g.rates(session, ["sumSeries(a)", "sumSeries(b)"]) == ["N/A", "12.50"]
+            assert asked[-1] == {"method": "POST", "targets": ['alias(sumSeries(a),"0")', 'alias(sumSeries(b),"1")'],
+                                 "from": "-20sec", "until": "-10sec", "authorization": "Basic b3BzOnB3"}  # ops:pw
+            answers.append((200, "[]"))
             assert await g.rate(session, "none") == "N/A"
-            answers.append((500, {"error": "boom"}))
-            with pytest.raises(GraphiteError, match="answered 500"):
-                await g.rate(session, "x")
+            for status, body in ((500, '{"error": "boom"}'), (200, ""), (200, '{"not": "a list"}'),
+                                 (200, '[{"target": "0"}]')):
+                answers.append((status, body))
+                with pytest.raises(GraphiteError):
+                    await g.rate(session, "x")
+            assert await g.rates(session, []) == []
     finally:
         await runner.cleanup()
     with pytest.raises(GraphiteError):
