@@ -150,7 +150,10 @@ class LookupPeer:
 
     async def _connect(self) -> None:
         host, port = split_host_port(self.address)
-        self._reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
+        # asyncio.timeout rather than wait_for: on Python 3.11 a stop that cancels wait_for as the connection
+        # completes loses the connection unclosed
+        async with asyncio.timeout(CONNECT_TIMEOUT):
+            self._reader, writer = await asyncio.open_connection(host, port)
         self._writer = writer
         writer.write(MAGIC_V1)
         identity = {**self._identity(), TLS_V1: True} if self._tls is not None else self._identity()

@@ -93,7 +93,9 @@ class Connection(asyncio.Protocol):
             host, port = split_host_port(address)
             connecting = loop.create_connection(lambda: cls(on_message), host, port)
         try:
-            _, connection = await asyncio.wait_for(connecting, timeout)
+            # not wait_for: on Python 3.11 a cancellation as the connection completes loses it unclosed
+            async with asyncio.timeout(timeout):
+                _, connection = await connecting
         except TimeoutError as error:
             raise ConnectError(f"no connection within {timeout:g} s") from error
         except OSError as error:
