@@ -51,6 +51,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, obje
                 node.multi_publish("clicks", [b"click %d" % n for n in range(count)])
             wait_for(lambda: len(json.loads(admins[0].http("GET", "/api/topics/clicks")[2])["nodes"]) == 2, 15,
                      "both nsqd registered with lookupd")
+            # every test starts from both nodes' figures in Graphite (each xdist worker makes its own cluster)
+            wait_for_series(chain, "sumSeries(stats.gauges.nsq.*.topic.clicks.channel.archive.depth)",
+                            until=lambda points: points and points[-1][0] == 50)
             yield {"chain": chain, "nodes": nodes, "direct": admins[0], "proxied": admins[1]}
         finally:
             for process in reversed(started):
@@ -160,6 +163,6 @@ def graph_urls(page: str) -> list[str]:
 def last_value(chain: GraphiteChain, image_url: str) -> float | None:
     """The last point of the first series an image's query draws, asked of graphite-web as JSON."""
     targets = [value for key, value in parse_qsl(urlsplit(image_url).query) if key == "target"]
-    points = chain.render(targets)[0]["points"]
-    return float(points[-1][0]) if points else None
+    series = chain.render(targets)
+    return float(series[0]["points"][-1][0]) if series and series[0]["points"] else None
 
