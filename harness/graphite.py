@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import urllib.error
 import urllib.parse
 import urllib.request
 from contextlib import ExitStack
@@ -127,6 +128,11 @@ DATABASES = {{"default": {{"NAME": {str(storage / 'graphite.db')!r}, "ENGINE": "
                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._processes.append((name, process))
 
+    def web_errors(self) -> str:
+        """What graphite-web logged of the requests it failed."""
+        path = self.directory / "storage" / "log" / "webapp" / "exception.log"
+        return (path.read_text(errors="replace") if path.exists() else "") + self.log("graphite-web")[-2000:]
+
     def log(self, name: str) -> str:
         path = self.directory / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
@@ -184,4 +190,9 @@ def wait_for_series(chain: GraphiteChain, target: str, timeout: float = 60.0,
         series = chain.render([target])
         points = [point for s in series for point in s["points"]]
         return points if until(points) else None
-    return wait_for(ready, timeout, lambda: f"{target} in graphite (statsd log: {chain.log('statsd')[-2000:]})")
+
+    def state() -> str:
+        return (f"{target} in graphite (statsd's log: {chain.log('statsd')[-1000:]}; graphite-web's errors: "
+                f"{chain.web_errors()[-3000:]})")
+    # graphite-web answers 500 while carbon is still writing a new series' file: asked again
+    return wait_for(ready, timeout, state, interval=0.2, retry_on=(urllib.error.HTTPError,))

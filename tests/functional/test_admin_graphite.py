@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 from collections.abc import Iterator
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -91,7 +92,8 @@ def test_the_admins_graphs_and_rates_find_what_nsqd_sent(cluster: dict[str, obje
     by_title = {dict(parse_qsl(urlsplit(url).query))["title"]: url for url in images}
     assert {"Connections", "In-Flight (messages)", "E2E latency (ms)"} <= set(by_title)
     # the depth graph's own query, as data: both nodes' depth summed
-    wait_for(lambda: last_value(chain, by_title["Depth (messages)"]) == 50, 30, "the depth graph's 50 messages")
+    wait_for(lambda: last_value(chain, by_title["Depth (messages)"]) == 50, 30, "the depth graph's 50 messages",
+             retry_on=(urllib.error.HTTPError,))
 
     # a rate is the last full interval's count per second: a burst shows in it, then goes out of the window (on a
     # topic of its own: the other tests count the clicks)
