@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up compile test typecheck unit test-programs test-programs-debian bench clean wheels
+.PHONY: up compile test typecheck unit test-programs test-programs-debian bench clean wheels docs
 
-$(STAMP): pyproject.toml setup.py shared/version.py
+$(STAMP): pyproject.toml setup.py clients/python/pyproject.toml clients/python/nsqclient/version.py
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e 'clients/python[snappy]'
 	NSQ_PY_COMPILE=0 $(BIN)/pip install --quiet -e '.[dev,fast,pipeline]' 'setuptools>=68'
 	touch $(STAMP)
 
@@ -21,7 +22,8 @@ $(STAMP): pyproject.toml setup.py shared/version.py
 COMPILE ?= 1
 COMPILED := $(VENV)/.compiled
 COMPILED_MODULES = find shared services apps -name '*.cpython-*.so'
-$(COMPILED): $(STAMP) setup.py $(wildcard shared/*.py shared/*/*.py services/*/*.py services/*/*/*.py)
+$(COMPILED): $(STAMP) setup.py $(wildcard shared/*.py shared/*/*.py services/*/*.py services/*/*/*.py \
+	clients/python/nsqclient/*.py clients/python/nsqclient/*/*.py)
 	touch $(VENV)/compile.started
 	$(COMPILED_MODULES) -delete; rm -rf build  # what setup.py no longer lists would stay in the way
 	if $(BIN)/python -c 'from shared import compiled; raise SystemExit(not compiled.can_compile())'; then \
@@ -85,9 +87,15 @@ test-programs-debian:
 wheels: $(STAMP)
 	rm -rf deploy/wheels/services deploy/wheels/pipeline deploy/wheels/build
 	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/build 'setuptools>=68' 'mypy>=1.10'
-	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/services '.[fast]' 'setuptools>=68'
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir deploy/wheels/services 'clients/python'
+	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/services --find-links deploy/wheels/services '.[fast]' 'setuptools>=68'
 	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/pipeline --find-links deploy/wheels/services '.[fast,pipeline]'
 	cd deploy/wheels/pipeline && for wheel in *.whl; do if [ -e "../services/$$wheel" ]; then rm "$$wheel"; fi; done
+
+## the client's API reference (nsqclient), generated from its docstrings into $(DOCS_DIR)/nsqclient.html
+DOCS_DIR ?= build/api
+docs: $(STAMP)
+	$(BIN)/pdoc --docformat restructuredtext --output-directory $(DOCS_DIR) nsqclient
 
 ## throughput benchmark (see bench/README.md)
 bench: $(STAMP) compile

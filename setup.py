@@ -13,6 +13,7 @@ checking.
 """
 
 import os
+import re
 import sys
 
 from setuptools import Extension, setup
@@ -26,7 +27,6 @@ from shared.compiled import can_compile
 # cannot have interpreted subclasses); replication's records, on both sides of a link
 COMPILED = [
     "shared/protocol/commands.py",
-    "shared/protocol/frames.py",
     "shared/protocol/lookup_v1.py",
     "shared/protocol/session_v2.py",
     "services/nsqd/busy_poll.py",
@@ -87,4 +87,13 @@ def compiled_extensions() -> list[Extension]:
     return extensions
 
 
-setup(ext_modules=compiled_extensions())
+def client_version() -> str:
+    """The client's version, which the services are released with."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients", "python", "nsqclient", "version.py")
+    with open(path) as source:
+        match = re.search(r'^VERSION = "([^"]+)"$', source.read(), re.MULTILINE)
+    assert match is not None, f"no VERSION in {path}"
+    return match.group(1)
+
+
+setup(version=client_version(), ext_modules=compiled_extensions())

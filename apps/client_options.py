@@ -9,17 +9,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from shared.addresses import split_host_port
-from shared.client import Consumer
+from nsqclient import Consumer
+from nsqclient.addresses import split_host_port
+from nsqclient.protocol.names import go_quote
 from shared.flags import FlagError, parse_duration
-from shared.protocol.names import go_quote
 
 
 def _milliseconds(value: str) -> int:
     return round(parse_duration(value) * 1000)
 
 
-# go-nsq name -> (field of shared.client.Config, conversion)
+# go-nsq name -> (field of nsqclient.Config, conversion)
 _CONFIG: dict[str, tuple[str, Callable[[str], Any]]] = {
     "client_id": ("client_id", str),
     "hostname": ("hostname", str),

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
-from shared.client import Message
+from nsqclient import Message
 from shared.flags import format_duration
 
 log = logging.getLogger("nsq_to_file")

@@ -28,10 +28,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from shared.client import Consumer, Message, user_agent
-from shared.client.consumer import Handler
+from nsqclient import Consumer, Message, user_agent
+from nsqclient.consumer import Handler
+from nsqclient.protocol.names import is_valid_channel_name, is_valid_topic_name
 from shared.flags import FlagError, option
-from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 from shared.program import ProgramOptions, run_tool
 from shared.version import version_line
 

@@ -32,10 +32,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.client import Consumer, Message, user_agent
+from nsqclient import Consumer, Message, user_agent
+from nsqclient.protocol.names import is_valid_name
 from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers
 from shared.flags import FlagError, option, require_positive
-from shared.protocol.names import is_valid_name
 from shared.program import ProgramOptions, run_tool
 from shared.version import version_line
 

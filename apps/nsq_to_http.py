@@ -24,9 +24,9 @@ from urllib.parse import quote_plus, urlsplit
 import aiohttp
 from yarl import URL
 
-from shared.client import Message, user_agent
+from nsqclient import Message, user_agent
+from nsqclient.protocol.names import is_valid_topic_name
 from shared.flags import FlagError, option, require_positive
-from shared.protocol.names import is_valid_topic_name
 from shared.program import run_tool
 from shared.version import VERSION, version_line
 

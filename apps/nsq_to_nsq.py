@@ -24,10 +24,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from shared.client import Message, Producer, user_agent
-from shared.client.consumer import Handler
+from nsqclient import Message, Producer, user_agent
+from nsqclient.consumer import Handler
+from nsqclient.protocol.names import is_valid_topic_name
 from shared.flags import FlagError, option
-from shared.protocol.names import is_valid_topic_name
 from shared.program import run_tool
 from shared.version import version_line
 

@@ -14,11 +14,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from shared.client import Consumer, Message
-from shared.client.consumer import Handler
+from nsqclient import Consumer, Message
+from nsqclient.consumer import Handler
+from nsqclient.errors import describe
+from nsqclient.protocol.names import is_valid_channel_name
 from shared.flags import FlagError, option
-from shared.log_format import describe
-from shared.protocol.names import is_valid_channel_name
 from shared.program import ProgramOptions
 
 from .client_options import check_sources, consumer_settings

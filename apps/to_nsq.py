@@ -21,10 +21,10 @@ import os
 import threading
 from dataclasses import dataclass
 
-from shared.client import ConnectError, NSQError, Pipeline, Producer, user_agent
+from nsqclient import ConnectError, NSQError, Pipeline, Producer, user_agent
+from nsqclient.errors import describe
+from nsqclient.protocol.names import is_valid_topic_name
 from shared.flags import FlagError, option
-from shared.log_format import describe
-from shared.protocol.names import is_valid_topic_name
 from shared.program import ProgramOptions, run_tool
 from shared.version import version_line
 

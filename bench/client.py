@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.run import SIZE, cpu_seconds
 from harness.processes import start_nsqd
-from shared.client import Consumer, Message, Producer
+from nsqclient import Consumer, Message, Producer
 from shared.event_loop import install_uvloop
 
 TOPIC = "bench_client"

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from typing import cast
 
-from shared.protocol.frames import MAGIC_V2, encode_command, encode_mpub
+from nsqclient.protocol.frames import MAGIC_V2, encode_command, encode_mpub
 
 _OK_FRAME = struct.pack(">ii", 6, 0) + b"OK"
 _HEADER = struct.Struct(">ii")

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from bench.run import SIZE, cpu_seconds
 from harness.processes import ROOT, NSQDProcess, finished, start_lookupd, start_nsqd
-from shared.client import Producer
+from nsqclient import Producer
 
 TOPIC = "events"
 CHANNELS = {"parquet": "nsq_to_parquet", "counts": "nsq_event_counts", "source": "spark"}

@@ -9,7 +9,7 @@ import struct
 import threading
 from multiprocessing.process import BaseProcess
 
-from shared.protocol.frames import encode_message_frame
+from nsqclient.protocol.frames import encode_message_frame
 
 _OK_FRAME = struct.pack(">ii", 6, 0) + b"OK"
 _SIZE = struct.Struct(">i")

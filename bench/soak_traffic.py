@@ -22,8 +22,8 @@ import aiohttp
 
 from bench.soak_ledger import Action, ChannelLife, Ledger, TopicLife, body
 from harness.wire import WireClient
-from shared.client import Consumer, Message, NSQError, Producer
-from shared.protocol.frames import FRAME_TYPE_MESSAGE, decode_message, encode_command
+from nsqclient import Consumer, Message, NSQError, Producer
+from nsqclient.protocol.frames import FRAME_TYPE_MESSAGE, decode_message, encode_command
 
 PADDING = 100  # body bytes
 CONNECT_TIMEOUT = 5.0  # seconds; generous, the machine is busy

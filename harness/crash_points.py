@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harness.processes import FAST_SCAN, start_nsqd, wait_for_async
 from harness.wire import WireClient
-from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
+from nsqclient.protocol.frames import FRAME_TYPE_RESPONSE, Frame
 
 MESSAGES_PER_TOPIC = 5  # a new topic every 5 messages: nsqd.dat is rewritten all along
 WORK = "work"

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from harness.fault_proxy import FaultProxy, Faults, Side
 from harness.processes import Service
 from harness.wire import WireClient
-from shared.client import Config, NSQError, NSQProtocolError, Producer
-from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
+from nsqclient import Config, NSQError, NSQProtocolError, Producer
+from nsqclient.protocol.frames import FRAME_TYPE_RESPONSE, Frame
 
 TOPIC, CHANNEL, CONTROL_TOPIC = "f", "c", "control"
 BODY_SIZE = 100

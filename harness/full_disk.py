@@ -33,7 +33,7 @@ import aiohttp
 
 from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd, wait_for_async
 from harness.wire import WireClient
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, encode_command, encode_mpub
+from nsqclient.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, encode_command, encode_mpub
 
 DISK_MB = 6
 BODY_SIZE = 1024

@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Protocol, TypeVar
 
+from nsqclient.protocol.frames import encode_command, encode_mpub
 from shared.protocol.commands import FIN_RUN, MAX_LINE_LENGTH, Command, CommandParser
 from shared.protocol.errors import ProtocolError
-from shared.protocol.frames import encode_command, encode_mpub
 from shared.protocol.lookup_v1 import MAX_IDENTIFY_BODY, LookupCommandParser
 
 # small limits so that random sizes reach them often

@@ -41,12 +41,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import ClientSession, ClientTimeout
-
 from harness.partitions import Tally, nsqd_keys
 from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for, wait_for_async
-from shared.client import Consumer, Message, NSQError, Producer
-from shared.client.lookupd import lookup_topic
+from nsqclient import Consumer, Message, NSQError, Producer
+from nsqclient.lookupd import lookup_topic
 
 TOPIC = "t"
 CHANNELS = ("c", "d")  # consumed all along; created on every nsqd before the first message
@@ -220,18 +218,17 @@ class DiscoveringPublisher:
         self._producers: dict[str, Producer] = {}
 
     async def run(self) -> None:
-        async with ClientSession(timeout=ClientTimeout(total=1)) as session:
-            try:
-                for number in itertools.count():
-                    await asyncio.sleep(LOOKUP_INTERVAL)
-                    await self._publish(session, b"%s-%d" % (self.name.encode(), number))
-            finally:
-                for producer in self._producers.values():
-                    await producer.close()
+        try:
+            for number in itertools.count():
+                await asyncio.sleep(LOOKUP_INTERVAL)
+                await self._publish(b"%s-%d" % (self.name.encode(), number))
+        finally:
+            for producer in self._producers.values():
+                await producer.close()
 
-    async def _publish(self, session: ClientSession, body: bytes) -> None:
+    async def _publish(self, body: bytes) -> None:
         asked = time.monotonic()
-        answers = await asyncio.gather(*(lookup_topic(session, address, TOPIC) for address in self._lookupds()))
+        answers = await asyncio.gather(*(lookup_topic(address, TOPIC, 1.0) for address in self._lookupds()))
         nodes = sorted({node for answer in answers if answer for node in answer})
         if nodes:
             address = random.choice(nodes)

@@ -26,8 +26,8 @@ from typing import Any
 from harness.netns import ROOT, Network
 from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for_async
 from harness.wire import WireClient
+from nsqclient import Consumer, Message, NSQError, Producer
 from services.nsqd.lookup_peer import MAX_RECONNECT_DELAY
-from shared.client import Consumer, Message, NSQError, Producer
 
 # longer than nsqd's ping interval (15 s), or lookupd would drop an nsqd that is fine
 INACTIVE_PRODUCER_TIMEOUT = 20.0

@@ -28,7 +28,7 @@ from typing import Any
 from harness.etcd import EtcdCluster, start_etcd
 from harness.netns import ROOT, Network
 from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for_async
-from shared.client import Consumer, Message, NSQError, Producer
+from nsqclient import Consumer, Message, NSQError, Producer
 
 TOPIC, CHANNEL = "orders", "archive"
 NODES = ("n1", "n2", "n3")

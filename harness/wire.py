@@ -7,8 +7,8 @@ import asyncio
 import json
 from typing import Any
 
-from shared.protocol.compression import Codec
-from shared.protocol.frames import (
+from nsqclient.protocol.compression import Codec
+from nsqclient.protocol.frames import (
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
     HEARTBEAT,

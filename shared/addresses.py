@@ -1,4 +1,4 @@
-"""``host:port`` strings as NSQ's flags spell them (``0.0.0.0:4150``, ``[::1]:4150``, ``:4150``)."""
+"""Listening sockets on ``host:port`` addresses (``nsqclient.addresses`` parses them) and unix socket paths."""
 
 from __future__ import annotations
 
@@ -6,28 +6,7 @@ import os
 import socket
 import stat
 
-
-def split_host_port(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"address {address!r}: missing port")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
-
-
-def is_unix_socket(address: str) -> bool:
-    """NSQ's rule for a listen or connect address: one that is not ``host:port`` is a unix socket's path."""
-    try:
-        split_host_port(address)
-    except ValueError:
-        return True
-    return False
-
-
-def join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
+from nsqclient.addresses import split_host_port
 
 # TCP keep-alive of the connections a listener accepts, as Go's listeners (NSQ's) set it: a probe after 15 s of
 # silence, then every 15 s. A peer gone without a word (a partition, a host that died) is found out even on a

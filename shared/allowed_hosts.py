@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
-from .addresses import split_host_port
+from nsqclient.addresses import split_host_port
 
 HOST_REFUSED_CODE = "HOST_NOT_ALLOWED"
 ANY = "*"

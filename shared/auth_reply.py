@@ -17,8 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from nsqclient.protocol.names import go_quote
+
 from . import go_json
-from .protocol.names import go_quote
 
 PERMISSIONS = frozenset({"subscribe", "publish"})
 

@@ -26,10 +26,11 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from .addresses import join_host_port
+from nsqclient.addresses import join_host_port
+from nsqclient.errors import describe
+from nsqclient.protocol.names import go_quote
+
 from .http_conventions import ACCEPT_V1
-from .log_format import describe
-from .protocol.names import go_quote
 
 Json = dict[str, Any]
 T = TypeVar("T")

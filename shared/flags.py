@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
-from .protocol.names import go_quote
+from nsqclient.protocol.names import go_quote
 
 # a duration is a sequence of decimal numbers, each with a unit; a unit runs up to the next digit or dot
 _DURATION_NUMBER = re.compile(r"([0-9]*)(\.[0-9]*)?")

@@ -35,10 +35,10 @@ from typing import cast
 
 import httptools
 
+from nsqclient.protocol.names import go_quote
 from shared.allowed_hosts import HOST_REFUSED_CODE, host_allowed, refusal_text
 from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS, cross_site_source, forwarded_hosts
 from shared.http_conventions import HTTPError
-from shared.protocol.names import go_quote
 
 from .http_router import Request, Response, Router, error_response
 

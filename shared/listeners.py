@@ -8,7 +8,9 @@ import logging
 import ssl
 from typing import TYPE_CHECKING, Callable
 
-from .addresses import is_unix_socket, join_host_port, listening_socket, listening_unix_socket
+from nsqclient.addresses import is_unix_socket, join_host_port
+
+from .addresses import listening_socket, listening_unix_socket
 
 if TYPE_CHECKING:
     from aiohttp import web

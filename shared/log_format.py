@@ -36,8 +36,3 @@ def configure(logger_name: str, prefix: str, level: str) -> None:
     logger.handlers[:] = [handler]
     logger.setLevel(level_number(level))
     logger.propagate = False
-
-
-def describe(error: BaseException) -> str:
-    """An error for a log line: its message, or its type when it has none (a timeout's is empty)."""
-    return str(error) or type(error).__name__

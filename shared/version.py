@@ -1,8 +1,11 @@
-"""The NSQ version the services speak and report (clients and nsqadmin read it to know what to expect)."""
+"""The NSQ version the services speak and report (clients and nsqadmin read it to know what to expect): the client
+library's, released with them."""
 
 import sys
 
-VERSION = "1.3.0"
+from nsqclient.version import VERSION
+
+__all__ = ["VERSION", "version_line"]
 
 
 def version_line(program: str) -> str:

@@ -13,8 +13,8 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from nsqclient.protocol.names import is_valid_channel_name, is_valid_topic_name
 from shared.http_api import HTTPError, json_response
-from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 
 from .app_state import admin_of, is_admin, user_of
 from .audit import AuditEntry

@@ -16,11 +16,11 @@ import aiohttp
 import aiosqlite
 from aiohttp import web
 
+from nsqclient.version import VERSION
 from shared.allowed_hosts import allowed_names
 from shared.cluster_info import ClusterInfo
 from shared.listeners import listen_http
 from shared.metrics import PrometheusEndpoint
-from shared.version import VERSION
 
 from .aggregation import Json
 from .audit import AuditEntry, AuditLog

@@ -9,7 +9,7 @@ import posixpath
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from shared.addresses import split_host_port
+from nsqclient.addresses import split_host_port
 from shared.cross_site import normalize_origin
 from shared.flags import FlagError, option
 from shared.program import ProgramOptions

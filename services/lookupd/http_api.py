@@ -11,9 +11,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from nsqclient.protocol.names import is_valid_channel_name, is_valid_topic_name
 from shared.http_conventions import COMPACT_JSON, HTTPError
 from shared.http_router import NSQ_V1, Request, Response, Router, json_document, json_response
-from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 
 from .registration_db import Registration, active
 

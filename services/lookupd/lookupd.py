@@ -9,12 +9,12 @@ import logging
 import socket
 from typing import Iterator
 
+from nsqclient.version import VERSION
 from shared.allowed_hosts import allowed_names
 from shared.http_server import HTTPService
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
 from shared.tls import server_context
-from shared.version import VERSION
 
 from .http_api import build_router, count_request
 from .options import Options

@@ -18,10 +18,10 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Callable, cast
 
+from nsqclient.addresses import join_host_port
+from nsqclient.errors import describe
+from nsqclient.protocol.names import is_valid_channel_name, is_valid_topic_name
 from shared import go_json
-from shared.addresses import join_host_port
-from shared.log_format import describe
-from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import Command
 from shared.protocol.errors import FatalClientError, ProtocolError
 from shared.protocol.lookup_v1 import MAGIC_V1, TLS_V1, LookupCommandParser, encode_response, lookupd_upgrades

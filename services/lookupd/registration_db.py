@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from nsqclient.protocol.names import is_ephemeral
 from shared.http_conventions import COMPACT_JSON
-from shared.protocol.names import is_ephemeral
 
 
 class Registration(NamedTuple):

@@ -24,10 +24,10 @@ from urllib.parse import quote_plus
 import aiohttp
 from yarl import URL
 
+from nsqclient.protocol.names import go_quote
 from shared import go_json
 from shared.auth_reply import AuthError, AuthState, parse_auth_reply
 from shared.http_conventions import ACCEPT_V1
-from shared.protocol.names import go_quote
 
 METHODS = ("get", "post")
 

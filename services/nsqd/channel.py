@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol
 
-from shared.protocol.names import is_ephemeral
+from nsqclient.protocol.names import is_ephemeral
 
 from . import topology
 from .deadline_queue import DeadlineQueue

@@ -15,7 +15,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MESSAGE_FRAME_HEADER, OK, encode_frame
+from nsqclient.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MESSAGE_FRAME_HEADER, OK, encode_frame
 
 from .tls import connection_stats
 from .topology import ELSEWHERE
@@ -23,8 +23,8 @@ from .topology import ELSEWHERE
 if TYPE_CHECKING:
     import ssl
 
+    from nsqclient.protocol.compression import Codec
     from shared.auth_reply import AuthState
-    from shared.protocol.compression import Codec
     from shared.protocol.session_v2 import SessionV2
 
     from .channel import Channel

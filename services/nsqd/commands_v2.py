@@ -19,10 +19,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from nsqclient.protocol.frames import CLOSE_WAIT, OK
 from shared.protocol.errors import ClientError, FatalClientError
-from shared.protocol.frames import CLOSE_WAIT, OK
-from shared.protocol.session_v2 import (Auth, Close, CreateTopic, Finish, Identify, Publish, Ready, Reauthorize,
-                                        Requeue, Subscribe, Touch)
+from shared.protocol.session_v2 import (
+    Auth,
+    Close,
+    CreateTopic,
+    Finish,
+    Identify,
+    Publish,
+    Ready,
+    Reauthorize,
+    Requeue,
+    Subscribe,
+    Touch,
+)
 
 from . import auth, identify, upgrade
 from .channel import ChannelError

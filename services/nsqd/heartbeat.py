@@ -9,7 +9,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from shared.protocol.frames import HEARTBEAT
+from nsqclient.protocol.frames import HEARTBEAT
 
 if TYPE_CHECKING:
     from .client import Client

@@ -17,14 +17,14 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+from nsqclient.protocol.names import is_valid_channel_name, is_valid_topic_name
+from nsqclient.version import VERSION
 from shared.flags import parse_duration
 from shared.http_conventions import COMPACT_JSON, HTTPError, parse_bool
 from shared.http_router import NSQ_V1, Request, Response, Router, json_document, json_response
-from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
 from shared.protocol.commands import split_mpub
 from shared.protocol.errors import FatalClientError
 from shared.runtime_config import address_list, option_value, set_log_level
-from shared.version import VERSION
 
 from .message import QueuedMessage
 from .replication.origin import ReplicationError

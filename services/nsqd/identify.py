@@ -9,9 +9,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from nsqclient.version import VERSION
 from shared import go_json
 from shared.protocol.errors import FatalClientError
-from shared.version import VERSION
 
 from .client import ClientDefaults
 from .options import Options

@@ -31,8 +31,8 @@ import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable
 
-from shared.addresses import join_host_port, split_host_port
-from shared.log_format import describe
+from nsqclient.addresses import join_host_port, split_host_port
+from nsqclient.errors import describe
 from shared.protocol.lookup_v1 import MAGIC_V1, TLS_V1, lookupd_agreed
 
 if TYPE_CHECKING:

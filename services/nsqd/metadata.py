@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nsqclient.protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
+from nsqclient.version import VERSION
 from shared.flags import format_duration, parse_duration
-from shared.protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
-from shared.version import VERSION
 
 from . import atomic_file
 

@@ -17,19 +17,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shared.addresses import join_host_port
+from nsqclient.addresses import join_host_port
+from nsqclient.protocol.names import is_ephemeral, is_valid_channel_name
+from nsqclient.version import VERSION
 from shared.allowed_hosts import allowed_names
 from shared.http_server import HTTPService
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
-from shared.protocol.names import is_ephemeral, is_valid_channel_name
-from shared.version import VERSION
 
 from . import atomic_file, identify, metadata, tls
 from .busy_poll import BusyPoll
 from .channel import Channel
 from .client import Client, EndOfTurnFlush
-from .storage import Storage
 from .http_api import build_router, tls_required
 from .lookup_peer import LookupPeer, channels_in_cluster, registrations
 from .message import ATTEMPTS, BODY, TIMESTAMP
@@ -39,19 +38,20 @@ from .protocol_v2 import ConnectionV2, ListenerContext
 from .queue_scan import QueueScanner
 from .stats import GCPauses, collect
 from .statsd import StatsdPusher, expand_prefix
+from .storage import Storage
 from .topic import Topic
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
 
     from .auth_client import AuthClient
+    from .message import QueuedMessage
     from .metrics import NSQDCollector
     from .node_id_check import NodeIdCheck
     from .replication.adoption import Adoption
     from .replication.membership import Membership
     from .replication.mirror_server import MirrorLinkServer
     from .replication.mirror_store import MirrorStore
-    from .message import QueuedMessage
     from .replication.origin import Origin
     from .replication.placement import ClusterNodes, Nodes
     from .replication.wire import Publish

@@ -6,7 +6,7 @@ import socket
 import zlib
 from dataclasses import dataclass
 
-from shared.addresses import split_host_port
+from nsqclient.addresses import split_host_port
 from shared.flags import FlagError, format_duration, option
 from shared.program import ProgramOptions
 

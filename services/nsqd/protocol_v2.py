@@ -30,8 +30,8 @@ import ssl
 from collections import deque
 from typing import TYPE_CHECKING, Awaitable, Iterator, Protocol, cast
 
-from shared.addresses import join_host_port
-from shared.protocol.compression import Codec, CompressionError
+from nsqclient.addresses import join_host_port
+from nsqclient.protocol.compression import Codec, CompressionError
 from shared.protocol.errors import ClientError, ProtocolError
 from shared.protocol.session_v2 import CreateTopic, Limits, Publish, Request, SessionV2
 

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from shared.addresses import join_host_port, split_host_port
+from nsqclient.addresses import join_host_port, split_host_port
 
 log = logging.getLogger("nsqd")
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shared.protocol.names import is_ephemeral
+from nsqclient.protocol.names import is_ephemeral
 
 from .backend import Backend, NullBackend
 from .deferred_file import DeferredFile
-from .deferred_store import Delays, DeferredStore, DueTimes, Timing
+from .deferred_store import DeferredStore, Delays, DueTimes, Timing
 from .disk_queue import DiskQueue
 from .health import Health
 from .message import message_id

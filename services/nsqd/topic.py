@@ -20,7 +20,7 @@ import time
 from itertools import repeat
 from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
-from shared.protocol.names import is_ephemeral
+from nsqclient.protocol.names import is_ephemeral
 
 from .channel import Channel
 from .guid import GuidFactory

@@ -15,8 +15,8 @@ import logging
 import ssl
 from typing import TYPE_CHECKING
 
-from shared.protocol.compression import Codec, DeflateCodec, SnappyCodec
-from shared.protocol.frames import OK
+from nsqclient.protocol.compression import Codec, DeflateCodec, SnappyCodec
+from nsqclient.protocol.frames import OK
 
 if TYPE_CHECKING:
     from .identify import Identity

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from shared.client import Message
+from nsqclient import Message
 
 from .holding_consumer import HoldingConsumer
 from .message_rows import SCHEMA, message_table, partition_messages, read_partition

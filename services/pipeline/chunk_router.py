@@ -22,11 +22,9 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from aiohttp import ClientSession, ClientTimeout
-
-from shared.client import NSQError, NSQProtocolError, Pipeline, Producer
-from shared.client.lookupd import lookup_nodes
-from shared.log_format import describe
+from nsqclient import NSQError, NSQProtocolError, Pipeline, Producer
+from nsqclient.errors import describe
+from nsqclient.lookupd import lookup_nodes
 
 from .options import NSQOptions
 
@@ -130,9 +128,7 @@ async def find_nodes(options: NSQOptions, timeout: float) -> list[str]:
     nodes = set(options.nsqd_tcp_addresses)
     silent: list[str] = []
     if options.lookupd_http_addresses:
-        async with ClientSession(timeout=ClientTimeout(total=timeout)) as session:
-            answers = await asyncio.gather(*(lookup_nodes(session, address)
-                                             for address in options.lookupd_http_addresses))
+        answers = await asyncio.gather(*(lookup_nodes(address, timeout) for address in options.lookupd_http_addresses))
         for address, answer in zip(options.lookupd_http_addresses, answers):
             if answer is None:
                 silent.append(address)

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from shared.client import Consumer, Message
+from nsqclient import Consumer, Message
 from shared.event_loop import new_event_loop
 
 from .options import NSQOptions

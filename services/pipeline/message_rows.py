@@ -12,7 +12,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType, TimestampType
 
-from shared.client import Message
+from nsqclient import Message
 
 # each message as nsqd delivered it
 SCHEMA = StructType([

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from shared.addresses import split_host_port
+from nsqclient.addresses import split_host_port
 
 if TYPE_CHECKING:
     from .progress import JobProgress

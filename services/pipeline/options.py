@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.protocol.names import is_valid_channel_name, is_valid_topic_name
+from nsqclient.protocol.names import is_valid_channel_name, is_valid_topic_name
 
 
 class OptionError(ValueError):

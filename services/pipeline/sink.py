@@ -32,10 +32,10 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from nsqclient.protocol.names import is_valid_topic_name
 from shared.event_loop import new_event_loop
-from shared.protocol.names import is_valid_topic_name
 
-from .chunk_router import ChunkRouter, Chunker, Published, SinkError
+from .chunk_router import Chunker, ChunkRouter, Published, SinkError
 from .options import NSQOptions, OptionError, parse_options
 
 log = logging.getLogger("nsq.pipeline")

@@ -50,7 +50,7 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
-from shared.client import Message
+from nsqclient import Message
 
 from .holding_consumer import HoldingConsumer
 from .message_rows import partition_messages, read_partition

@@ -12,7 +12,7 @@ connections to each nsqd: ``connection_sets`` says how many.
 
 from __future__ import annotations
 
-from shared.client.consumer import DEFAULT_MAX_RDY_COUNT
+from nsqclient.consumer import DEFAULT_MAX_RDY_COUNT
 
 ASSUMED_SIZE = 1024 * 1024  # nsqd's default --max-msg-size
 SMOOTHING = 0.01  # the weight of one message in the running mean of body sizes

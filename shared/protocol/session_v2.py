@@ -32,10 +32,11 @@ from collections import deque
 from enum import IntEnum
 from typing import Callable, Iterator, NamedTuple, NoReturn, Protocol
 
+from nsqclient.protocol.frames import MAGIC_V2
+from nsqclient.protocol.names import go_quote, is_valid_channel_name, is_valid_topic_name
+
 from .commands import FIN_RUN, Command, CommandParser
 from .errors import FatalClientError
-from .frames import MAGIC_V2
-from .names import go_quote, is_valid_channel_name, is_valid_topic_name
 
 log = logging.getLogger("nsqd")
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.processes import ROOT, wait_for
-from shared.client import Consumer, Message, Producer
+from nsqclient import Consumer, Message, Producer
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]
 

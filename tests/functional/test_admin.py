@@ -170,7 +170,7 @@ def test_without_the_features_beyond_nsq_the_answers_are_nsqadmins(cluster: Clus
 def test_channel_page_lists_the_clients(cluster: Cluster, admin: NSQDProcess) -> None:
     import asyncio
 
-    from shared.client import Consumer, Message
+    from nsqclient import Consumer, Message
 
     traffic(cluster, admin, "clients", "workers")
     received: list[Message] = []

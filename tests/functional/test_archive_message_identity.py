@@ -17,7 +17,7 @@ import pytest
 
 from harness.archive_jobs import ARCHIVE_SCHEMA, SMALL_BATCHES, BatchJob, Driver
 from harness.processes import NSQDProcess, finished, start_lookupd, start_nsqd, wait_for
-from shared.client import Producer
+from nsqclient import Producer
 from tests.functional.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import pytest
 from harness.processes import NSQDProcess, start_auth_server, wait_for_async
 from harness.pynsq import PynsqLoop
 from harness.wire import WireClient
-from shared.client import Consumer, Message, NSQError, NSQProtocolError, Producer
+from nsqclient import Consumer, Message, NSQError, NSQProtocolError, Producer
 from tests.functional.test_pynsq import pynsq  # noqa: F401  (the fixture)
 
 ORDERS = {"identity": "billing", "identity_url": "https://example.com/billing",

@@ -18,7 +18,7 @@ import pytest
 
 from harness.processes import ROOT, NSQDProcess, free_port, start_lookupd, wait_for
 from harness.wire import WireClient
-from shared.client import BlockingProducer, ConnectError, NSQProtocolError, ProducerClosed
+from nsqclient import BlockingProducer, ConnectError, NSQProtocolError, ProducerClosed
 
 THREADS, EACH = 8, 250
 

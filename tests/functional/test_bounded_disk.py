@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.crash_points import drain_channel
 from harness.processes import FAST_SCAN, start_nsqd
 from harness.wire import WireClient
-from shared.protocol.frames import FRAME_TYPE_ERROR, encode_mpub
+from nsqclient.protocol.frames import FRAME_TYPE_ERROR, encode_mpub
 from tests.functional.test_cli import run_nsqd
 
 RECORD = 4 + 26 + 100  # a 100-byte body on disk

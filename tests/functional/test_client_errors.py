@@ -1,4 +1,4 @@
-"""What the client library raises when the network fails it: its own errors (``shared.client.errors``), with the
+"""What the client library raises when the network fails it: its own errors (``nsqclient.errors``), with the
 socket's error as the cause, never OSError or TimeoutError. The peers here are small servers that misbehave on
 purpose: nsqd does not drop connections mid-answer."""
 
@@ -14,17 +14,9 @@ from contextlib import asynccontextmanager
 import pytest
 
 from harness.processes import free_port
-from shared.client import (
-    CommandTimeout,
-    ConnectError,
-    ConnectionClosed,
-    Consumer,
-    NSQError,
-    Producer,
-    TransportError,
-)
-from shared.protocol.compression import DeflateCodec
-from shared.protocol.frames import FRAME_TYPE_RESPONSE, MAGIC_V2, encode_frame
+from nsqclient import CommandTimeout, ConnectError, ConnectionClosed, Consumer, NSQError, Producer, TransportError
+from nsqclient.protocol.compression import DeflateCodec
+from nsqclient.protocol.frames import FRAME_TYPE_RESPONSE, MAGIC_V2, encode_frame
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 IDENTIFIED = encode_frame(FRAME_TYPE_RESPONSE, json.dumps({"max_rdy_count": 2500}).encode())

@@ -12,7 +12,7 @@ import pytest
 
 from harness.processes import NSQDProcess
 from harness.wire import WireClient
-from shared.client import CommandTimeout, NSQProtocolError, Producer, Publish
+from nsqclient import CommandTimeout, NSQProtocolError, Producer, Publish
 
 
 def message_count(nsqd: NSQDProcess, topic: str) -> int:

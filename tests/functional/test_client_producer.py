@@ -11,7 +11,7 @@ import pytest
 
 from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for
 from harness.wire import WireClient
-from shared.client import NSQError, NSQProtocolError, Producer, TransportError
+from nsqclient import NSQError, NSQProtocolError, Producer, TransportError
 
 
 async def test_publish_multi_publish_and_deferred_publish(nsqd: NSQDProcess) -> None:

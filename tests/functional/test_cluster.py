@@ -13,8 +13,8 @@ import pytest
 
 from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for
 from harness.wire import WireClient
+from nsqclient.protocol.frames import FRAME_TYPE_RESPONSE, Frame
 from services.nsqd.lookup_peer import PING_INTERVAL
-from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
 
 
 def lookup(lookupd: NSQDProcess, topic: str) -> dict[str, Any] | None:

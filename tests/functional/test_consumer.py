@@ -13,7 +13,7 @@ import pytest
 
 from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for_async
 from harness.pynsq import PynsqLoop
-from shared.client import Consumer, Message, Producer
+from nsqclient import Consumer, Message, Producer
 from tests.functional.test_pynsq import pynsq  # noqa: F401  (the fixture)
 
 

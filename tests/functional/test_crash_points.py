@@ -17,7 +17,8 @@ from harness.crash_points import crash_round, drain_channel
 from harness.kill_points import KillPoint
 from harness.processes import FAST_SCAN, start_nsqd
 from harness.wire import WireClient
-from shared.protocol.frames import FRAME_TYPE_RESPONSE, Frame
+from nsqclient.protocol.frames import FRAME_TYPE_RESPONSE, Frame
+
 
 async def test_kill_9_while_segments_roll_metadata_is_rewritten_and_messages_are_in_flight(tmp_path: Path) -> None:
     rng = random.Random(19)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd
 from harness.wire import WireClient
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_mpub
+from nsqclient.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_mpub
 
 
 async def consume_all(nsqd: NSQDProcess, topic: str, expected: int) -> list[bytes]:

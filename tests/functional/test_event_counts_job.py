@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.processes import NSQDProcess, wait_for_async
+from nsqclient import Consumer, Message
 from services.pipeline.jobs import event_counts
-from shared.client import Consumer, Message
 from tests.functional.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:

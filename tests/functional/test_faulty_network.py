@@ -17,7 +17,7 @@ from harness import faulty_network
 from harness.fault_proxy import FaultProxy, Faults
 from harness.processes import NSQDProcess
 from harness.pynsq import PynsqLoop
-from shared.client import CommandTimeout, Producer, TransportError
+from nsqclient import CommandTimeout, Producer, TransportError
 
 
 @asynccontextmanager

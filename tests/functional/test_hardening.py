@@ -12,12 +12,19 @@ import pytest
 
 from harness.processes import NSQDProcess, start_nsqd, wait_for_async
 from harness.wire import WireClient
+from nsqclient.protocol.frames import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_RESPONSE,
+    MAGIC_V2,
+    Frame,
+    encode_command,
+    encode_mpub,
+)
 from services.nsqd import identify
 from services.nsqd.__main__ import main as nsqd_main
 from services.nsqd.nsqd import NSQD
 from services.nsqd.options import Options
 from shared.protocol.commands import FIN_RUN, CommandParser
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, encode_command, encode_mpub
 
 
 async def _frames_until_closed(client: WireClient) -> list[Frame]:

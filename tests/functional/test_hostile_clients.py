@@ -23,7 +23,14 @@ import pytest
 
 from harness.processes import NSQDProcess, wait_for, wait_for_async
 from harness.wire import WireClient
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, encode_command, encode_mpub
+from nsqclient.protocol.frames import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_RESPONSE,
+    MAGIC_V2,
+    Frame,
+    encode_command,
+    encode_mpub,
+)
 
 OK = Frame(FRAME_TYPE_RESPONSE, b"OK")
 MIB = 1 << 20

@@ -14,7 +14,7 @@ import pytest
 
 from harness.processes import NSQDProcess
 from harness.wire import WireClient
-from shared.protocol.frames import Message
+from nsqclient.protocol.frames import Message
 
 # records of about 35 bytes: three to a file, so a peek crosses files
 SMALL_FILES = "--max-bytes-per-file=110"

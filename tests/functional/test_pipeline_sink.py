@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.processes import NSQDProcess, free_port, start_lookupd, start_nsqd, wait_for
-from shared.protocol.frames import (
+from nsqclient.protocol.frames import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
     HEARTBEAT,
@@ -217,8 +217,8 @@ async def test_chunks_a_dead_node_does_not_take_go_to_the_next(nsqd: NSQDProcess
     """The sink's publishing without Spark: once the dead node has failed, it is left for the live one."""
     import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 
-    from services.pipeline.options import parse_options
     from services.pipeline.chunk_router import CHUNKS_IN_FLIGHT
+    from services.pipeline.options import parse_options
     from services.pipeline.sink import SinkConfig, publish
 
     dead = f"127.0.0.1:{free_port()}"
@@ -238,8 +238,8 @@ async def test_chunks_a_dead_node_does_not_take_go_to_the_next(nsqd: NSQDProcess
 async def test_chunks_a_node_stops_answering_go_to_the_next(nsqd_factory: Callable[..., NSQDProcess]) -> None:
     """A node that took a chunk, then answers nothing within publish_timeout: the chunks written to it since go to
     the other node, and only what it acknowledged is counted as its."""
-    from services.pipeline.options import parse_options
     from services.pipeline.chunk_router import Chunk, ChunkRouter
+    from services.pipeline.options import parse_options
 
     # the ring's order: silent first
     silent, live = sorted((nsqd_factory(), nsqd_factory()), key=lambda node: node.tcp_address_text)
@@ -268,8 +268,8 @@ async def test_chunks_a_node_stops_answering_go_to_the_next(nsqd_factory: Callab
 async def test_a_chunk_every_node_would_refuse_fails_at_once(nsqd_factory: Callable[..., NSQDProcess]) -> None:
     import pyarrow as pa
 
-    from services.pipeline.options import parse_options
     from services.pipeline.chunk_router import SinkError
+    from services.pipeline.options import parse_options
     from services.pipeline.sink import SinkConfig, publish
 
     nodes = [nsqd_factory("--max-msg-size=100") for _ in range(2)]

@@ -14,7 +14,7 @@ import pytest
 from harness.in_process import InProcessNSQD
 from harness.processes import Service, wait_for_async
 from harness.wire import WireClient
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_mpub
+from nsqclient.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_mpub
 
 
 def error(text: str) -> Frame:

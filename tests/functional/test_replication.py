@@ -11,11 +11,10 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-
 from harness.etcd import EtcdCluster
 from harness.processes import NSQDProcess, wait_for
 from harness.wire import WireClient
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_command, encode_mpub
+from nsqclient.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_command, encode_mpub
 
 
 def replication(nsqd: NSQDProcess) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 
 from harness.processes import ROOT, NSQDProcess, nsqd_tcp_flag, wait_for
 from harness.wire import WireClient
-from shared.protocol.frames import Message
+from nsqclient.protocol.frames import Message
 
 
 def to_nsq(*args: str, stdin: bytes | Path = b"", timeout: float = 30) -> subprocess.CompletedProcess[bytes]:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from harness.processes import NSQDProcess, wait_for_async
 from harness.wire import WireClient
-from shared.client import Consumer, Message
+from nsqclient import Consumer, Message
 
 
 async def consumer(nsqd: NSQDProcess, zone: str, region: str) -> WireClient:

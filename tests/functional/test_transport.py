@@ -18,7 +18,7 @@ import trustme
 from harness.processes import NSQDProcess
 from harness.pynsq import PynsqLoop
 from harness.wire import WireClient
-from shared.client import Consumer, Message, NSQProtocolError, Producer, TransportError
+from nsqclient import Consumer, Message, NSQProtocolError, Producer, TransportError
 from tests.functional.test_pynsq import pynsq  # noqa: F401  (the fixture)
 
 COMBINATIONS = [

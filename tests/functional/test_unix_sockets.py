@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.processes import ROOT
-from shared.client import Consumer, Message, Producer
+from nsqclient import Consumer, Message, Producer
 from tests.functional.test_to_nsq import to_nsq
-
 
 requires_curl = pytest.mark.skipif(shutil.which("curl") is None,
                                    reason="curl is missing: `make test` installs Debian's curl")

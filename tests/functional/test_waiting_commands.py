@@ -21,8 +21,15 @@ from aiohttp import web
 
 from harness.processes import NSQDProcess, start_lookupd, start_nsqd, wait_for
 from harness.wire import WireClient
-from shared.protocol.compression import Codec, DeflateCodec, SnappyCodec
-from shared.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, Frame, FrameDecoder, encode_command
+from nsqclient.protocol.compression import Codec, DeflateCodec, SnappyCodec
+from nsqclient.protocol.frames import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_RESPONSE,
+    MAGIC_V2,
+    Frame,
+    FrameDecoder,
+    encode_command,
+)
 
 BIG = b"x" * 300_000  # more than one 256 KiB piece once inflated
 CODECS: dict[str, Callable[[], Codec] | None] = {"plain": None, "deflate": lambda: DeflateCodec(6),

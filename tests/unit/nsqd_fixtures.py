@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from nsqclient.protocol.frames import FRAME_TYPE_MESSAGE, FrameDecoder, Message, decode_message
 from services.nsqd.client import Client, ClientDefaults
 from services.nsqd.options import Options
-from shared.protocol.frames import FRAME_TYPE_MESSAGE, FrameDecoder, Message, decode_message
 from shared.protocol.session_v2 import ClientState, Limits, SessionV2
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.client.backoff import Action, Backoff
+from nsqclient.backoff import Action, Backoff
 
 
 def test_a_failure_pauses_for_the_multiplier_then_doubles() -> None:

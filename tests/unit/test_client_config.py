@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.client import Config, ConnectError, Consumer, Producer, user_agent
-from shared.client.config import configure
-from shared.version import VERSION
+from nsqclient import Config, ConnectError, Consumer, Producer, user_agent
+from nsqclient.config import configure
+from nsqclient.version import VERSION
+from shared.version import VERSION as SERVICES_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +82,10 @@ def test_user_agents() -> None:
     assert user_agent("to_nsq") == f"to_nsq/{VERSION} nsq-py/{VERSION}"
 
 
-def test_the_package_takes_its_version_from_shared_version() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "shared.version.VERSION"}
+def test_the_services_and_the_client_are_released_with_one_version() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    client = tomllib.loads((ROOT / "clients/python/pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]  # setup.py reads the client's
+    assert client["version"] == VERSION == SERVICES_VERSION
+    assert f"nsqclient[snappy]=={VERSION}" in project["dependencies"]
+    assert client["dependencies"] == []  # the standard library only

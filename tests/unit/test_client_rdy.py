@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from shared.client.rdy import changes_in_safe_order, spread
+from nsqclient.rdy import changes_in_safe_order, spread
 
 
 def test_even_spread_with_the_remainder_to_the_first() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from shared.client.lookupd import lookup_nodes, lookup_topic
+from nsqclient.lookupd import lookup_nodes, lookup_topic
 from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers, http_address, tcp_address
 from tests.unit.http_hosts import Hosts, closed_address
 
@@ -216,13 +216,12 @@ async def test_an_own_session_is_closed() -> None:
 async def test_client_discovery(hosts: Hosts, caplog: pytest.LogCaptureFixture) -> None:
     lookupd = await hosts.start(lookup=(200, sample("lookupd_lookup.json")), nodes=(200, sample("lookupd_nodes.json")))
     missing = await hosts.start(lookup=(404, sample("lookupd_lookup_missing.json")), nodes=(500, "boom"))
-    async with aiohttp.ClientSession() as session:
-        assert await lookup_topic(session, lookupd.address, "t") == ["127.0.0.1:14150", "127.0.0.1:14250"]
-        assert await lookup_nodes(session, lookupd.address) == ["127.0.0.1:14150", "127.0.0.1:14250"]
-        with caplog.at_level(logging.ERROR, "nsq.client"):
-            assert await lookup_topic(session, missing.address, "t") == []  # not published yet: no nsqd
-            assert not caplog.records
-            assert await lookup_nodes(session, missing.address) is None
-            assert await lookup_topic(session, closed_address(), "t") is None
+    assert await lookup_topic(lookupd.address, "t", 1.0) == ["127.0.0.1:14150", "127.0.0.1:14250"]
+    assert await lookup_nodes(lookupd.address, 1.0) == ["127.0.0.1:14150", "127.0.0.1:14250"]
+    with caplog.at_level(logging.ERROR, "nsq.client"):
+        assert await lookup_topic(missing.address, "t", 1.0) == []  # not published yet: no nsqd
+        assert not caplog.records
+        assert await lookup_nodes(missing.address, 1.0) is None
+        assert await lookup_topic(closed_address(), "t", 1.0) is None
     assert len(caplog.records) == 2
     assert caplog.records[0].getMessage().endswith('/nodes: got response 500 Internal Server Error "boom"')

@@ -11,12 +11,11 @@ import struct
 from typing import Any, Iterable
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
+from nsqclient.protocol.frames import encode_command, encode_mpub
 from shared.protocol.commands import FIN_RUN, MAX_LINE_LENGTH, Command, CommandParser, split_mpub
 from shared.protocol.errors import FatalClientError
-from shared.protocol.frames import encode_command, encode_mpub
 
 MAX_MSG = 100
 MAX_BODY = 1000

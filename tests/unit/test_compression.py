@@ -7,10 +7,9 @@ import zlib
 
 import pytest
 import snappy
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from shared.protocol.compression import MAX_CHUNK, CompressionError, DeflateCodec, SnappyCodec
+from nsqclient.protocol.compression import MAX_CHUNK, CompressionError, DeflateCodec, SnappyCodec
 
 CODECS = [lambda: SnappyCodec(), lambda: DeflateCodec(6)]
 

@@ -6,8 +6,7 @@ import struct
 
 import pytest
 
-from shared.protocol.commands import FIN_RUN, CommandParser
-from shared.protocol.frames import (
+from nsqclient.protocol.frames import (
     CLOSE_WAIT,
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
@@ -26,6 +25,7 @@ from shared.protocol.frames import (
     encode_message_frame,
     encode_mpub,
 )
+from shared.protocol.commands import FIN_RUN, CommandParser
 
 MSG_ID = b"0a1b2c3d4e5f6789"
 TIMESTAMP = 1_700_000_000_123_456_789

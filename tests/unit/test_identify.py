@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from nsqclient.version import VERSION
 from services.nsqd import topology
 from services.nsqd.identify import Identity, negotiate, response
 from services.nsqd.options import Options
 from shared.protocol.errors import FatalClientError
-from shared.version import VERSION
 
 
 def identify(opts: Options | None = None, **fields: Any) -> Identity:

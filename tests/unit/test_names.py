@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.protocol.names import (
+from nsqclient.protocol.names import (
     EPHEMERAL_SUFFIX,
     MAX_NAME_LENGTH,
     go_quote,

@@ -10,8 +10,8 @@ from functools import partial
 import pytest
 
 from apps.nsq_tail import Options, Tail, default_channel
-from shared.client import Message
-from shared.protocol.names import is_valid_channel_name
+from nsqclient import Message
+from nsqclient.protocol.names import is_valid_channel_name
 from tests.unit.tool_flags import parsed, refused
 
 # -- flags -------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from apps.file_logger import (
     with_rev,
 )
 from apps.nsq_to_file import Options, logger_settings, topic_allowed
-from shared.client import Message
+from nsqclient import Message
 from shared.flags import FlagError, parse_command_line
 
 REFERENCE = Path(__file__).resolve().parent.parent / "reference"

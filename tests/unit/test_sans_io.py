@@ -1,5 +1,7 @@
-"""shared/protocol is sans-I/O: no module in it imports asyncio, socket or aiohttp, directly or through another;
-and it stands alone: nothing of the project outside the package."""
+"""The protocol core is sans-I/O: no module of ``nsqclient.protocol`` (what the client needs: frames, names,
+compression) or ``shared.protocol`` (what only the servers need: the command parsers) imports asyncio, socket or
+aiohttp, directly or through another. And it stands alone: ``nsqclient.protocol`` imports nothing outside itself,
+``shared.protocol`` nothing of the project but ``nsqclient.protocol``."""
 
 from __future__ import annotations
 
@@ -10,11 +12,18 @@ from pathlib import Path
 
 import pytest
 
+import nsqclient.protocol
 import shared.protocol
 
-PROTOCOL_DIR = Path(shared.protocol.__file__).parent
-MODULES = sorted(PROTOCOL_DIR.glob("*.py"))
+CLIENT_PROTOCOL = sorted(Path(nsqclient.protocol.__file__).parent.glob("*.py"))
+SERVER_PROTOCOL = sorted(Path(shared.protocol.__file__).parent.glob("*.py"))
+MODULES = CLIENT_PROTOCOL + SERVER_PROTOCOL
 FORBIDDEN = {"asyncio", "socket", "aiohttp", "selectors", "ssl"}
+
+
+def module_name(path: Path) -> str:
+    package = "nsqclient.protocol" if path in CLIENT_PROTOCOL else "shared.protocol"
+    return package if path.stem == "__init__" else f"{package}.{path.stem}"
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -31,8 +40,9 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def test_the_package_has_modules() -> None:
-    assert {path.name for path in MODULES} >= {"__init__.py", "commands.py", "errors.py", "frames.py"}
+def test_the_packages_have_modules() -> None:
+    assert {path.name for path in CLIENT_PROTOCOL} >= {"__init__.py", "frames.py", "names.py", "compression.py"}
+    assert {path.name for path in SERVER_PROTOCOL} >= {"__init__.py", "commands.py", "errors.py", "session_v2.py"}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[path.name for path in MODULES])
@@ -44,14 +54,17 @@ def test_module_imports_no_io(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[path.name for path in MODULES])
-def test_module_imports_nothing_of_the_project_outside_the_package(path: Path) -> None:
-    assert not {name for name in imported_modules(path) if name.split(".")[0] in {"shared", "services", "apps"}}
+def test_module_imports_nothing_of_the_project_outside_the_protocol(path: Path) -> None:
+    project = {name for name in imported_modules(path) if name.split(".")[0] in {"nsqclient", "shared", "services",
+                                                                                "apps"}}
+    allowed = set() if path in CLIENT_PROTOCOL else {module_name(other) for other in CLIENT_PROTOCOL}
+    assert project <= allowed
 
 
 def test_importing_the_package_loads_no_io_module() -> None:
     # a fresh interpreter: this one has loaded asyncio already for pytest-asyncio
-    modules = ", ".join(f"shared.protocol.{path.stem}" for path in MODULES if path.stem != "__init__")
+    modules = ", ".join(module_name(path) for path in MODULES if path.stem != "__init__")
     code = f"import sys, {modules}; print(sorted(m for m in {sorted(FORBIDDEN)!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30,
-                            cwd=PROTOCOL_DIR.parent.parent)
+                            cwd=Path(shared.protocol.__file__).parent.parent.parent)
     assert result.stdout.strip() == "[]"

@@ -7,10 +7,25 @@ from typing import Any
 
 import pytest
 
+from nsqclient.protocol.frames import MAGIC_V2
 from shared.protocol.errors import BadProtocolError, FatalClientError
-from shared.protocol.frames import MAGIC_V2
-from shared.protocol.session_v2 import (Auth, ClientState, Close, CreateTopic, Finish, Identify, Limits, Publish,
-                                        Ready, Reauthorize, Request, Requeue, SessionV2, Subscribe, Touch)
+from shared.protocol.session_v2 import (
+    Auth,
+    ClientState,
+    Close,
+    CreateTopic,
+    Finish,
+    Identify,
+    Limits,
+    Publish,
+    Ready,
+    Reauthorize,
+    Request,
+    Requeue,
+    SessionV2,
+    Subscribe,
+    Touch,
+)
 
 LIMITS = Limits(max_msg_size=100, max_body_size=1000, max_rdy_count=2500, max_req_timeout_ms=3_600_000,
                 tls_required=False, auth_enabled=False)

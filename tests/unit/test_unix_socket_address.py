@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.addresses import is_unix_socket, listening_unix_socket
+from nsqclient.addresses import is_unix_socket
+from shared.addresses import listening_unix_socket
 
 
 def test_what_is_not_host_port_is_a_path() -> None:

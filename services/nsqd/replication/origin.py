@@ -27,12 +27,30 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import cast
 
-from shared.addresses import split_host_port
+from nsqclient.addresses import split_host_port
 
 from ..message import ATTEMPTS, ID, QueuedMessage
 from .in_sync import Fenced
-from .wire import (MAGIC, Ack, Distribute, DropChannel, DropTopic, Finish, FrameReader, Hello, Messages, Publish,
-                   Record, Refuse, Requeue, Snapshot, SnapshotEnd, WireError, dead_letters_of, encode)
+from .wire import (
+    MAGIC,
+    Ack,
+    Distribute,
+    DropChannel,
+    DropTopic,
+    Finish,
+    FrameReader,
+    Hello,
+    Messages,
+    Publish,
+    Record,
+    Refuse,
+    Requeue,
+    Snapshot,
+    SnapshotEnd,
+    WireError,
+    dead_letters_of,
+    encode,
+)
 
 log = logging.getLogger("nsqd")
 

@@ -47,3 +47,8 @@ class ConnectionClosed(TransportError):
 
 class CommandTimeout(TransportError):
     """nsqd did not answer in time; the connection was closed, failing the commands after it too."""
+
+
+def describe(error: BaseException) -> str:
+    """An error for a log line: its message, or its type when it has none (a timeout's is empty)."""
+    return str(error) or type(error).__name__

@@ -9,12 +9,13 @@ fields, which override the config's: ``Producer(address, heartbeat_interval=5000
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import socket
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.version import VERSION
+from .version import VERSION
 
 LIBRARY = f"nsq-py/{VERSION}"
 
@@ -59,6 +60,8 @@ class Config:
     def __post_init__(self) -> None:
         if self.snappy and self.deflate:
             raise ValueError("snappy and deflate cannot both be on")
+        if self.snappy and importlib.util.find_spec("snappy") is None:
+            raise ValueError("snappy=True needs python-snappy: pip install 'nsqclient[snappy]'")
         if self.connect_timeout <= 0:
             raise ValueError("connect_timeout must be positive")
         if self.command_timeout <= 0:

@@ -28,9 +28,8 @@ from collections import deque
 from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple
 
-from shared.protocol.frames import encode_command, encode_mpub
-
 from .connection import Connection
+from .protocol.frames import encode_command, encode_mpub
 
 if TYPE_CHECKING:
     from .producer import Producer

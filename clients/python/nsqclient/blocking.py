@@ -33,6 +33,9 @@ class ProducerClosed(NSQError):
 
 
 class BlockingProducer:
+    """Publishes from synchronous code: runs an asyncio ``Producer`` on an event loop of its own, in one background
+    thread, and each call returns once nsqd answered (or raises what ``Producer`` would). Share one per process."""
+
     def __init__(self, nsqd_tcp_address: str | None = None, *, lookupd_http_addresses: Iterable[str] = (),
                  config: Config | None = None, **settings: Any) -> None:
         """As ``Producer``'s: an nsqd's TCP address or ``lookupd_http_addresses``, a ``Config`` and its fields as

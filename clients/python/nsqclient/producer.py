@@ -26,14 +26,12 @@ import random
 from types import TracebackType
 from typing import Any, Iterable
 
-from shared.log_format import describe
-from shared.protocol.frames import encode_command, encode_mpub
-
 from .config import Config, configure
 from .connection import Connection
-from .errors import ConnectError, NSQError
+from .errors import ConnectError, NSQError, describe
 from .lookupd import lookup_nodes
 from .pipeline import WINDOW, Pipeline
+from .protocol.frames import encode_command, encode_mpub
 
 log = logging.getLogger("nsq.client")
 
@@ -87,10 +85,8 @@ class Producer:
         return connection
 
     async def _discover(self) -> list[str]:
-        from aiohttp import ClientSession, ClientTimeout
-
-        async with ClientSession(timeout=ClientTimeout(total=self.config.connect_timeout)) as session:
-            answers = await asyncio.gather(*(lookup_nodes(session, address) for address in self.lookupd_http_addresses))
+        timeout = self.config.connect_timeout
+        answers = await asyncio.gather(*(lookup_nodes(address, timeout) for address in self.lookupd_http_addresses))
         nodes = list({node for answer in answers if answer for node in answer})
         random.shuffle(nodes)
         return nodes

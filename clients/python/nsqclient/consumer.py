@@ -24,15 +24,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any
 
-from shared.log_format import describe
-from shared.protocol.frames import CLOSE_WAIT, Message as Frame, encode_command
-from shared.protocol.names import is_valid_name
-
 from .backoff import Action, Backoff
 from .config import Config, configure
 from .connection import Connection
-from .errors import NSQError
+from .errors import NSQError, describe
+from .lookupd import lookup_topic
 from .message import Message
+from .protocol.frames import CLOSE_WAIT, Message as Frame, encode_command
+from .protocol.names import is_valid_name
 from .rdy import changes_in_safe_order, spread
 
 log = logging.getLogger("nsq.client")
@@ -382,16 +381,11 @@ class Consumer:
     # -- discovery ---------------------------------------------------------------------------------------------
 
     async def _poll_lookupds(self) -> None:
-        from aiohttp import ClientSession, ClientTimeout
-
-        from .lookupd import lookup_topic
-
-        timeout = ClientTimeout(total=max(self.config.connect_timeout * 5, 5.0))
-        async with ClientSession(timeout=timeout) as session:
-            while True:
-                answers = await asyncio.gather(*(lookup_topic(session, address, self.topic)
-                                                 for address in self.lookupd_http_addresses))
-                for address in {address for answer in answers if answer for address in answer}:
-                    self._keep(address, reconnect=False)
-                jitter = random.uniform(-self.lookupd_poll_jitter, self.lookupd_poll_jitter)
-                await asyncio.sleep(self.lookupd_poll_interval * (1 + jitter))
+        timeout = max(self.config.connect_timeout * 5, 5.0)
+        while True:
+            answers = await asyncio.gather(*(lookup_topic(address, self.topic, timeout)
+                                             for address in self.lookupd_http_addresses))
+            for address in {address for answer in answers if answer for address in answer}:
+                self._keep(address, reconnect=False)
+            jitter = random.uniform(-self.lookupd_poll_jitter, self.lookupd_poll_jitter)
+            await asyncio.sleep(self.lookupd_poll_interval * (1 + jitter))

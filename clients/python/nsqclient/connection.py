@@ -24,10 +24,11 @@ import math
 from collections import deque
 from typing import Any, Callable
 
-from shared.addresses import is_unix_socket, split_host_port
-from shared.log_format import describe
-from shared.protocol.compression import Codec, DeflateCodec, SnappyCodec
-from shared.protocol.frames import (
+from .addresses import is_unix_socket, split_host_port
+from .config import Config
+from .errors import CommandTimeout, ConnectError, ConnectionClosed, NSQProtocolError, describe
+from .protocol.compression import Codec, DeflateCodec, SnappyCodec
+from .protocol.frames import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
     HEARTBEAT,
@@ -36,9 +37,6 @@ from shared.protocol.frames import (
     Message,
     decode_message,
 )
-
-from .config import Config
-from .errors import CommandTimeout, ConnectError, ConnectionClosed, NSQProtocolError
 
 log = logging.getLogger("nsq.client")
 
