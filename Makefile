@@ -91,6 +91,7 @@ wheels: $(STAMP)
 	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/services --find-links deploy/wheels/services '.[fast]' 'setuptools>=68'
 	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/pipeline --find-links deploy/wheels/services '.[fast,pipeline]'
 	cd deploy/wheels/pipeline && for wheel in *.whl; do if [ -e "../services/$$wheel" ]; then rm "$$wheel"; fi; done
+	rm deploy/wheels/services/nsqclient-*.whl  # the images build it from clients/python: one of the same version here could be older
 
 ## the client's API reference (nsqclient), generated from its docstrings into $(DOCS_DIR)/nsqclient.html
 DOCS_DIR ?= build/api

@@ -103,16 +103,19 @@ def test_close_waits_for_publishes_under_way_and_refuses_later_ones(nsqd: NSQDPr
         for thread in threads:
             thread.start()
         wait_for(lambda: producer._calls == 4, 5, "the four publishes under way")  # noqa: SLF001 (close waits on it)
-        closing = threading.Thread(target=producer.close)
+        closing, closing_too = threading.Thread(target=producer.close), threading.Thread(target=producer.close)
         closing.start()
+        closing_too.start()
         closing.join(0.5)
-        assert closing.is_alive() and results == []  # close waits for them
+        # close waits for them, and a second close for the first
+        assert closing.is_alive() and closing_too.is_alive() and results == []
     finally:
         nsqd.process.send_signal(signal.SIGCONT)
     closing.join(10)
+    closing_too.join(10)
     for thread in threads:
         thread.join()
-    assert not closing.is_alive()
+    assert not closing.is_alive() and not closing_too.is_alive()
     assert results == ["published"] * 4 and message_count(nsqd, "closing") == 2000
     with pytest.raises(ProducerClosed):
         producer.publish("closing", b"late")

@@ -29,19 +29,25 @@ if TYPE_CHECKING:  # what type checkers see; at run time, __getattr__
     from .pipeline import Pipeline as Pipeline, Publish as Publish
     from .producer import Producer as Producer
 
+__all__ = ["BlockingProducer", "CommandTimeout", "Config", "ConnectError", "ConnectionClosed", "Consumer", "Message",
+           "NSQError", "NSQProtocolError", "Pipeline", "Producer", "ProducerClosed", "Publish", "TransportError",
+           "user_agent"]
 _MODULE_OF = {
     "BlockingProducer": "blocking", "ProducerClosed": "blocking", "Config": "config", "user_agent": "config",
     "Consumer": "consumer", "CommandTimeout": "errors", "ConnectError": "errors", "ConnectionClosed": "errors",
     "NSQError": "errors", "NSQProtocolError": "errors", "TransportError": "errors", "Message": "message",
     "Pipeline": "pipeline", "Publish": "pipeline", "Producer": "producer",
 }
-__all__ = sorted(_MODULE_OF)
+
+if not TYPE_CHECKING:  # hidden from type checkers, so that a misspelt name is an error there, not Any
+    def __getattr__(name: str) -> Any:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value  # found directly from now on
+        return value
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # found directly from now on
-    return value
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

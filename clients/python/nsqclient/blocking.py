@@ -44,6 +44,7 @@ class BlockingProducer:
         self._closed = False
         self._calls = 0  # under way, in any thread; close waits for them
         self._state = threading.Condition()
+        self._stopped = threading.Event()  # set once close has stopped the thread
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="nsq-blocking-producer", daemon=True)
         self._thread.start()
@@ -82,16 +83,23 @@ class BlockingProducer:
         """Closes the connection and stops the background thread, once the publishes under way in other threads
         have their answers (each within the config's timeouts); later ones raise ProducerClosed. Closing again
         does nothing."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a BlockingProducer cannot be closed from its own event loop")
         with self._state:
             if self._closed:
-                return
-            self._closed = True
-            self._state.wait_for(lambda: self._calls == 0)
+                closing_elsewhere = True
+            else:
+                closing_elsewhere, self._closed = False, True
+                self._state.wait_for(lambda: self._calls == 0)
+        if closing_elsewhere:  # returns once it is closed, as the first close does
+            self._stopped.wait()
+            return
         try:
             if os.getpid() == self._pid:
                 asyncio.run_coroutine_threadsafe(self._producer.close(), self._loop).result()
         finally:
             self._stop_loop()
+            self._stopped.set()
 
     def __enter__(self) -> BlockingProducer:
         return self
