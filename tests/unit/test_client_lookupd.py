@@ -5,7 +5,6 @@ the environment's proxy is not used, and the client says who it is."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import time
