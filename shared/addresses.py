@@ -25,24 +25,25 @@ def listening_socket(address: str, backlog: int = 1024) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         _keep_alive(sock)
-        sock.bind((host, port))
-        sock.listen(backlog)
-        sock.setblocking(False)
     except OSError:
         sock.close()
         raise
-    return sock
+    return _listening(sock, (host, port), backlog)
 
 
 def listening_unix_socket(path: str, backlog: int = 1024) -> socket.socket:
     """A non-blocking socket listening at ``path``. A socket file left by a process that is gone (nothing accepts
     on it) is replaced; one something still listens on is an error, as binding a used port is, and so is any
     other file there."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if _is_socket_file(path) and not _listened_on(path):
+        os.unlink(path)
+    return _listening(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), path, backlog)
+
+
+def _listening(sock: socket.socket, address: str | tuple[str, int], backlog: int) -> socket.socket:
+    """``sock`` bound to ``address``, listening and non-blocking; closed if any of that fails."""
     try:
-        if _is_socket_file(path) and not _listened_on(path):
-            os.unlink(path)
-        sock.bind(path)
+        sock.bind(address)
         sock.listen(backlog)
         sock.setblocking(False)
     except OSError:

@@ -92,13 +92,8 @@ async def topic_page(request: web.Request) -> web.Response:
     admin, warnings, topic_name = admin_of(request), Warnings(), request.match_info["topic"]
     topic = await admin.cluster.topic(topic_name, warnings)
     window = _window(request, admin.graphite)
-    if admin.graphite is None:
-        (queued, peek_failed), charts = await asyncio.gather(
-            _peek(admin, topic), _charts(admin, topic_name, "", CHART_WINDOWS[window]))
-        graphs = []
-    else:
-        (queued, peek_failed), charts = await _peek(admin, topic), []
-        graphs = admin.graphite.topic_graphs(topic_name, window, _quantiles(topic))
+    (queued, peek_failed), (charts, graphs) = await asyncio.gather(
+        _peek(admin, topic), _figures(admin, topic, topic_name, "", window))
     return _render(request, "topic.html", "topics", topic_name, warnings, topic=topic, charts=charts,
                    graphs=graphs, chart_window=window, queued=queued, peek_failed=peek_failed)
 
@@ -108,14 +103,9 @@ async def channel_page(request: web.Request) -> web.Response:
     admin, warnings, match = admin_of(request), Warnings(), request.match_info
     channel = await admin.cluster.channel(match["topic"], match["channel"], warnings)
     window = _window(request, admin.graphite)
-    graphs: list[Graph] = []
-    if admin.graphite is None:
-        history = _charts(admin, match["topic"], match["channel"], CHART_WINDOWS[window])
-    else:
-        history = _history_not_shown()
-        graphs = admin.graphite.channel_graphs(match["topic"], match["channel"], window, _quantiles(channel))
-    (queued, peek_failed), (dead, dead_peek_failed), charts = await asyncio.gather(
-        _peek(admin, channel), _peek(admin, channel, dead_letters=True), history)
+    (queued, peek_failed), (dead, dead_peek_failed), (charts, graphs) = await asyncio.gather(
+        _peek(admin, channel), _peek(admin, channel, dead_letters=True),
+        _figures(admin, channel, match["topic"], match["channel"], window))
     return _render(request, "channel.html", "topics", f"{match['topic']}/{match['channel']}", warnings,
                    channel=channel, charts=charts, graphs=graphs, chart_window=window, queued=queued,
                    peek_failed=peek_failed, dead_letters=dead, dead_peek_failed=dead_peek_failed)
@@ -186,9 +176,14 @@ def _quantiles(queue: Json) -> list[float]:
     return [item["quantile"] for item in queue["e2e_processing_latency"].get("percentiles") or []]
 
 
-async def _history_not_shown() -> list[Markup]:
-    """The channel page's charts when Graphite draws its graphs."""
-    return []
+async def _figures(admin: AdminState, queue: Json, topic: str, channel: str,
+                   window: str) -> tuple[list[Markup], list[Graph]]:
+    """A topic's or channel's page's history charts, or, with Graphite, its graphs instead."""
+    if admin.graphite is None:
+        return await _charts(admin, topic, channel, CHART_WINDOWS[window]), []
+    if channel:
+        return [], admin.graphite.channel_graphs(topic, channel, window, _quantiles(queue))
+    return [], admin.graphite.topic_graphs(topic, window, _quantiles(queue))
 
 
 async def _charts(admin: AdminState, topic: str, channel: str, seconds: int) -> list[Markup]:
