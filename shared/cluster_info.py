@@ -22,12 +22,12 @@ import asyncio
 import json
 from collections.abc import Awaitable, Iterable
 from typing import Any, TypeVar
-from urllib.parse import urlencode
 
 import aiohttp
 
 from nsqclient.addresses import join_host_port
 from nsqclient.errors import describe
+from nsqclient.lookupd import http_url
 from nsqclient.protocol.names import go_quote
 
 from .http_conventions import ACCEPT_V1
@@ -77,22 +77,22 @@ class ClusterInfo:
 
     async def topics(self, lookupd: str) -> list[str]:
         """Every topic the lookupd knows."""
-        url = _url(lookupd, "/topics")
+        url = http_url(lookupd, "/topics")
         return _strings(await self._get(url), "topics", url)
 
     async def channels(self, lookupd: str, topic: str) -> list[str]:
         """The channels the lookupd knows for ``topic``."""
-        url = _url(lookupd, "/channels", {"topic": topic})
+        url = http_url(lookupd, "/channels", {"topic": topic})
         return _strings(await self._get(url), "channels", url)
 
     async def producers(self, lookupd: str, topic: str) -> list[Json]:
         """The nsqd that have ``topic`` (``/lookup``); a topic the lookupd does not know fails with status 404."""
-        url = _url(lookupd, "/lookup", {"topic": topic})
+        url = http_url(lookupd, "/lookup", {"topic": topic})
         return _producers(await self._get(url), url)
 
     async def nodes(self, lookupd: str) -> list[Json]:
         """Every nsqd registered with the lookupd, with its topics (``/nodes``)."""
-        url = _url(lookupd, "/nodes")
+        url = http_url(lookupd, "/nodes")
         return _producers(await self._get(url), url)
 
     # --- nsqd ----------------------------------------------------------------------------------------------------
@@ -101,16 +101,16 @@ class ClusterInfo:
         """nsqd's ``/stats?format=json``, narrowed to ``topic`` and ``channel`` when given."""
         query = {"format": "json", "topic": topic, "channel": channel,
                  "include_clients": "true" if include_clients else "false"}
-        return await self._get(_url(nsqd, "/stats", {key: value for key, value in query.items() if value}))
+        return await self._get(http_url(nsqd, "/stats", {key: value for key, value in query.items() if value}))
 
     async def info(self, nsqd: str) -> Json:
         """nsqd's ``/info``: its version, broadcast address and ports."""
-        return await self._get(_url(nsqd, "/info"))
+        return await self._get(http_url(nsqd, "/info"))
 
     async def config(self, nsqd: str, option: str) -> Any:
         """One of nsqd's options as its ``GET /config/<option>`` answers it, by NSQ's config name (``id``: its
         ``--node-id``); an nsqd of any version answers."""
-        url = _url(nsqd, f"/config/{option}")
+        url = http_url(nsqd, f"/config/{option}")
         return _decoded(await self._request("GET", url), url)
 
     async def peek(self, nsqd: str, topic: str, channel: str = "", count: int = 10, queue: str = "") -> list[Json]:
@@ -119,7 +119,7 @@ class ClusterInfo:
         (base64). An nsqd without the route (NSQ's own) fails with status 404."""
         query = {"topic": topic, "channel": channel, "n": str(count), "queue": queue}
         path = "/channel/peek" if channel else "/topic/peek"
-        url = _url(nsqd, path, {key: value for key, value in query.items() if value})
+        url = http_url(nsqd, path, {key: value for key, value in query.items() if value})
         messages = (await self._get(url)).get("messages")
         if not isinstance(messages, list) or not all(_is_peeked(message) for message in messages):
             raise ClusterInfoError(url, "messages are not objects with id, timestamp, attempts and body")
@@ -129,12 +129,12 @@ class ClusterInfo:
 
     async def post(self, address: str, path: str, **query: str) -> None:
         """An action on a lookupd or an nsqd (``/topic/create``, ``/channel/pause``, ...), answered 200."""
-        url = _url(address, path, query)
+        url = http_url(address, path, query)
         await self._request("POST", url)
 
     async def replay(self, nsqd: str, topic: str, channel: str) -> int:
         """Beyond NSQ: every dead letter of the channel back to it (nsqd's ``POST /channel/replay``); how many."""
-        url = _url(nsqd, "/channel/replay", {"topic": topic, "channel": channel})
+        url = http_url(nsqd, "/channel/replay", {"topic": topic, "channel": channel})
         replayed = (await self._get(url, "POST")).get("replayed")
         if type(replayed) is not int:
             raise ClusterInfoError(url, "replayed is not a number", method="POST")
@@ -185,10 +185,6 @@ def http_address(producer: Json) -> str:
     """``broadcast_address:http_port``: where nsqadmin and the tools ask the nsqd."""
     return join_host_port(producer["broadcast_address"], producer["http_port"])
 
-
-def _url(address: str, path: str, query: dict[str, str] | None = None) -> str:
-    base = address if address.startswith(("http://", "https://")) else f"http://{address}"
-    return base.rstrip("/") + path + (f"?{urlencode(query)}" if query else "")
 
 
 def _decoded(body: bytes, url: str, method: str = "GET") -> Any:

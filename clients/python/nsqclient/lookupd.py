@@ -38,7 +38,7 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 async def lookup_topic(address: str, topic: str, timeout: float) -> list[str] | None:
     """TCP addresses of the nsqd that have ``topic``; [] when lookupd does not know it yet, None on failure."""
-    url = lookupd_url(address, "/lookup", {"topic": topic})
+    url = http_url(address, "/lookup", {"topic": topic})
     try:
         return producer_addresses(await _ask(url, timeout), url)
     except _NotFound:
@@ -50,7 +50,7 @@ async def lookup_topic(address: str, topic: str, timeout: float) -> list[str] | 
 
 async def lookup_nodes(address: str, timeout: float) -> list[str] | None:
     """TCP addresses of every nsqd registered with the lookupd; None on failure."""
-    url = lookupd_url(address, "/nodes")
+    url = http_url(address, "/nodes")
     try:
         return producer_addresses(await _ask(url, timeout), url)
     except _Failed as error:
@@ -58,7 +58,8 @@ async def lookup_nodes(address: str, timeout: float) -> list[str] | None:
         return None
 
 
-def lookupd_url(address: str, path: str, query: dict[str, str] | None = None) -> str:
+def http_url(address: str, path: str, query: dict[str, str] | None = None) -> str:
+    """``path`` at ``address`` (``host:port``, or a URL as the tools accept for lookupds), with ``query``."""
     base = address if address.startswith(("http://", "https://")) else f"http://{address}"
     return base.rstrip("/") + path + (f"?{urlencode(query)}" if query else "")
 
