@@ -186,7 +186,6 @@ def http_address(producer: Json) -> str:
     return join_host_port(producer["broadcast_address"], producer["http_port"])
 
 
-
 def _decoded(body: bytes, url: str, method: str = "GET") -> Any:
     try:
         return json.loads(body)
