@@ -6,11 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up compile test typecheck unit test-programs test-programs-debian bench clean wheels docs
 
-$(STAMP): pyproject.toml setup.py clients/python/pyproject.toml clients/python/nsqclient/version.py
+$(STAMP): pyproject.toml setup.py clients/python/pyproject.toml clients/python/nsqclient/version.py \
+	clients/spark/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e 'clients/python[snappy]'
+	$(BIN)/pip install --quiet -e 'clients/python[snappy]' -e clients/spark
 	NSQ_PY_COMPILE=0 $(BIN)/pip install --quiet -e '.[dev,fast,pipeline]' 'setuptools>=68'
 	touch $(STAMP)
 
@@ -89,14 +90,17 @@ wheels: $(STAMP)
 	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/build 'setuptools>=68' 'mypy>=1.10'
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir deploy/wheels/services 'clients/python'
 	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/services --find-links deploy/wheels/services '.[fast]' 'setuptools>=68'
-	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/pipeline --find-links deploy/wheels/services '.[fast,pipeline]'
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir deploy/wheels/pipeline 'clients/spark'
+	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/pipeline --find-links deploy/wheels/services --find-links deploy/wheels/pipeline '.[fast,pipeline]'
 	cd deploy/wheels/pipeline && for wheel in *.whl; do if [ -e "../services/$$wheel" ]; then rm "$$wheel"; fi; done
-	rm deploy/wheels/services/nsqclient-*.whl  # the images build it from clients/python: one of the same version here could be older
+	# the images build these from clients/: ones of the same version here could be older
+	rm deploy/wheels/services/nsqclient-*.whl deploy/wheels/pipeline/nsqspark-*.whl
 
-## the client's API reference (nsqclient), generated from its docstrings into $(DOCS_DIR)/nsqclient.html
+## the API reference of the client (nsqclient) and the Spark connector (nsqspark), generated from their docstrings
+## into $(DOCS_DIR) (nsqclient.html, nsqspark.html, nsqspark/options.html: the data source's options)
 DOCS_DIR ?= build/api
 docs: $(STAMP)
-	$(BIN)/pdoc --docformat restructuredtext --output-directory $(DOCS_DIR) nsqclient
+	$(BIN)/pdoc --docformat restructuredtext --output-directory $(DOCS_DIR) nsqclient nsqspark nsqspark.options
 
 ## throughput benchmark (see bench/README.md)
 bench: $(STAMP) compile

@@ -23,7 +23,7 @@ from typing import Any
 from bench.run import SIZE, cpu_seconds
 from harness.processes import start_nsqd
 from nsqclient import Consumer, Message, Producer
-from shared.event_loop import install_uvloop
+from nsqclient.event_loop import install_uvloop
 
 TOPIC = "bench_client"
 

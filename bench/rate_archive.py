@@ -16,13 +16,12 @@ import argparse
 import sys
 import time
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession, functions as F
 
+from nsqspark.options import parse_options
+from nsqspark.stream_reader import batch_limit
 from services.pipeline.jobs import nsq_to_parquet, source_options
-from services.pipeline.options import parse_options
 from services.pipeline.session import spark_session
-from services.pipeline.stream_reader import batch_limit
 
 SIZE = 200
 

@@ -129,7 +129,7 @@ class _HTTPSink(asyncio.Protocol):
 
 
 def _serve_http(listener: socket.socket) -> None:
-    from shared.event_loop import new_event_loop
+    from nsqclient.event_loop import new_event_loop
 
     loop = new_event_loop()
     loop.run_until_complete(loop.create_server(_HTTPSink, sock=listener))

@@ -15,7 +15,7 @@ import signal
 
 from pyspark.sql import DataFrame
 
-from services.pipeline.batch_reader import drain
+from nsqspark.batch_reader import drain
 from services.pipeline.session import spark_session
 from services.pipeline.transforms import for_archive
 

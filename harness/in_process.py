@@ -11,9 +11,9 @@ import threading
 from pathlib import Path
 
 from harness.processes import Service
+from nsqclient.event_loop import new_event_loop
 from services.nsqd.nsqd import NSQD
 from services.nsqd.options import Options
-from shared.event_loop import new_event_loop
 from shared.flags import parse_command_line
 
 _TIMEOUT = 15.0  # for start and stop, as start_nsqd allows

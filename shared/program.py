@@ -10,7 +10,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
-from .event_loop import install_uvloop
+from nsqclient.event_loop import install_uvloop
+
 from .flags import FlagError, HelpRequested, option, parse_command_line, usage
 from .log_format import configure
 

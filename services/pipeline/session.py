@@ -1,5 +1,6 @@
-"""A SparkSession for the pipeline's jobs, with the ``nsq`` data source registered. Spark starts its Python workers
-with ``PYSPARK_PYTHON``; it is set to this interpreter so they import the same installation of the project."""
+"""A SparkSession for the pipeline's jobs, with the ``nsq`` data source (``nsqspark``) registered. Spark starts its
+Python workers with ``PYSPARK_PYTHON``; it is set to this interpreter so they import the same installation of the
+project."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def spark_session(master: str, app_name: str, config: Mapping[str, str] | None =
       was started with."""
     from pyspark.sql import SparkSession
 
-    from .datasource import NSQDataSource
+    import nsqspark
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
@@ -45,8 +46,7 @@ def spark_session(master: str, app_name: str, config: Mapping[str, str] | None =
     for key, value in defaults.items():
         if not given.contains(key):
             session.conf.set(key, value)
-    session.dataSource.register(NSQDataSource)
-    return session
+    return nsqspark.register(session)
 
 
 def run_until_stopped(query: StreamingQuery, http_address: str = "", poll_seconds: int = 1, *,

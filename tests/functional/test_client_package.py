@@ -5,56 +5,25 @@ asyncio producer and consumer, and the blocking producer from threads."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
-import sys
-import venv
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from harness.packages import CLIENT, build_wheels, installed, readme_examples, run_example, venv_with
 from harness.processes import ROOT, NSQDProcess
-
-CLIENT = ROOT / "clients" / "python"
 
 
 @pytest.fixture(scope="module")
-def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The python of a new venv holding the client's wheel and nothing else of the project."""
     scratch = tmp_path_factory.mktemp("client-package")
-    wheels = scratch / "wheels"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir",
-                            str(wheels), str(CLIENT)], capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
-    (wheel,) = wheels.glob("nsqclient-*.whl")
-    venv.create(scratch / "venv", with_pip=True)
-    python = scratch / "venv" / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-index", str(wheel)], capture_output=True,
-                             text=True, timeout=300)
-    assert install.returncode == 0, install.stdout + install.stderr
-    yield python
-
-
-def run_example(python: Path, source: str, directory: Path) -> str:
-    """``source`` as a script of its own in ``directory``, in isolated mode: it sees the venv alone."""
-    script = directory / "example.py"
-    script.write_text(source)
-    result = subprocess.run([str(python), "-I", str(script)], cwd=directory, capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def readme_examples() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (CLIENT / "README.md").read_text(), re.DOTALL)
+    (wheel,) = build_wheels([CLIENT], scratch / "wheels")
+    return venv_with(scratch / "venv", [str(wheel)], index=False)
 
 
 def test_the_wheel_brings_one_package_and_no_dependency(client_venv: Path, tmp_path: Path) -> None:
-    listed = subprocess.run([str(client_venv), "-m", "pip", "list", "--format=json"], capture_output=True,
-                            text=True, check=True, timeout=60)
-    installed = {package["name"] for package in json.loads(listed.stdout)}
-    assert installed - {"pip", "setuptools"} == {"nsqclient"}
+    assert installed(client_venv) - {"pip", "setuptools"} == {"nsqclient"}
     found = run_example(client_venv, "import importlib.util, nsqclient\n"
                                      "print([importlib.util.find_spec(n) is not None for n in "
                                      "('shared', 'services', 'apps', 'aiohttp', 'snappy')])\n"
@@ -72,20 +41,20 @@ def test_the_wheel_brings_one_package_and_no_dependency(client_venv: Path, tmp_p
 
 def test_the_readmes_asyncio_example_publishes_and_consumes(client_venv: Path, nsqd: NSQDProcess,
                                                             tmp_path: Path) -> None:
-    example = readme_examples()[0].replace("127.0.0.1:4150", nsqd.tcp_address_text)
+    example = readme_examples(CLIENT)[0].replace("127.0.0.1:4150", nsqd.tcp_address_text)
     printed = run_example(client_venv, example, tmp_path)
     assert printed.splitlines() == ["b'hello'", "b'a'", "b'b'"]
 
 
 def test_the_readmes_blocking_example_publishes_from_threads(client_venv: Path, nsqd: NSQDProcess,
                                                               tmp_path: Path) -> None:
-    example = readme_examples()[1].replace("127.0.0.1:4150", nsqd.tcp_address_text)
+    example = readme_examples(CLIENT)[1].replace("127.0.0.1:4150", nsqd.tcp_address_text)
     run_example(client_venv, example, tmp_path)
     stats = json.loads(nsqd.http("GET", "/stats?format=json&topic=orders")[2])
     assert stats["topics"][0]["message_count"] == 400
 
 
-def test_make_docs_builds_the_api_reference_from_the_docstrings(tmp_path: Path) -> None:
+def test_make_docs_builds_both_api_references_from_the_docstrings(tmp_path: Path) -> None:
     built = subprocess.run(["make", "--no-print-directory", "docs", f"DOCS_DIR={tmp_path}"], cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stdout + built.stderr
@@ -94,3 +63,8 @@ def test_make_docs_builds_the_api_reference_from_the_docstrings(tmp_path: Path) 
         assert f'<span class="name">{name}</span>' in page, name
     # a docstring, rendered
     assert 'runs an asyncio <code><a href="#Producer">Producer</a></code> on an event loop of its own' in page
+    connector = (tmp_path / "nsqspark.html").read_text()
+    for name in ("register", "read_batch", "drain", "NSQDataSource", "SCHEMA"):
+        assert f'<span class="name">{name}</span>' in connector, name
+    assert 'Makes <code>format("nsq")</code> known' in connector
+    assert "<code>max_in_flight</code>" in (tmp_path / "nsqspark" / "options.html").read_text()

@@ -217,9 +217,9 @@ async def test_chunks_a_dead_node_does_not_take_go_to_the_next(nsqd: NSQDProcess
     """The sink's publishing without Spark: once the dead node has failed, it is left for the live one."""
     import pyarrow as pa  # type: ignore[import-untyped]  # no stubs or py.typed
 
-    from services.pipeline.chunk_router import CHUNKS_IN_FLIGHT
-    from services.pipeline.options import parse_options
-    from services.pipeline.sink import SinkConfig, publish
+    from nsqspark.chunk_router import CHUNKS_IN_FLIGHT
+    from nsqspark.options import parse_options
+    from nsqspark.sink import SinkConfig, publish
 
     dead = f"127.0.0.1:{free_port()}"
     options = parse_options({"nsqd_tcp_address": f"{dead},{nsqd.tcp_address_text}", "topic": "t", "mpub_chunk": "2",
@@ -238,8 +238,8 @@ async def test_chunks_a_dead_node_does_not_take_go_to_the_next(nsqd: NSQDProcess
 async def test_chunks_a_node_stops_answering_go_to_the_next(nsqd_factory: Callable[..., NSQDProcess]) -> None:
     """A node that took a chunk, then answers nothing within publish_timeout: the chunks written to it since go to
     the other node, and only what it acknowledged is counted as its."""
-    from services.pipeline.chunk_router import Chunk, ChunkRouter
-    from services.pipeline.options import parse_options
+    from nsqspark.chunk_router import Chunk, ChunkRouter
+    from nsqspark.options import parse_options
 
     # the ring's order: silent first
     silent, live = sorted((nsqd_factory(), nsqd_factory()), key=lambda node: node.tcp_address_text)
@@ -268,9 +268,9 @@ async def test_chunks_a_node_stops_answering_go_to_the_next(nsqd_factory: Callab
 async def test_a_chunk_every_node_would_refuse_fails_at_once(nsqd_factory: Callable[..., NSQDProcess]) -> None:
     import pyarrow as pa
 
-    from services.pipeline.chunk_router import SinkError
-    from services.pipeline.options import parse_options
-    from services.pipeline.sink import SinkConfig, publish
+    from nsqspark.chunk_router import SinkError
+    from nsqspark.options import parse_options
+    from nsqspark.sink import SinkConfig, publish
 
     nodes = [nsqd_factory("--max-msg-size=100") for _ in range(2)]
     options = parse_options({"nsqd_tcp_address": ",".join(node.tcp_address_text for node in nodes), "topic": "t"})

@@ -142,7 +142,7 @@ def test_nsqd_found_through_lookupd_after_start(spark: SparkSession,  # noqa: F8
 
 
 def test_batch_reads(spark: SparkSession, nsqd_factory: Callable[..., NSQDProcess], tmp_path: Path) -> None:  # noqa: F811
-    from services.pipeline.batch_reader import drain, read_batch
+    from nsqspark.batch_reader import drain, read_batch
 
     nsqd = nsqd_factory()
     sent = bodies(500)
@@ -187,8 +187,8 @@ def test_batch_reads(spark: SparkSession, nsqd_factory: Callable[..., NSQDProces
 def test_large_messages_are_held_within_max_bytes_in_flight(nsqd_factory: Callable[..., NSQDProcess]) -> None:
     """The default window is 100,000 messages; of 100 KiB messages the source holds only what fits in
     ``max_bytes_in_flight`` (1 MiB here: 10), over its many connections."""
-    from services.pipeline.holding_consumer import HoldingConsumer
-    from services.pipeline.options import parse_options
+    from nsqspark.holding_consumer import HoldingConsumer
+    from nsqspark.options import parse_options
 
     nsqd = nsqd_factory()
     sent = [b"%03d" % index + b"x" * (100 * 1024 - 3) for index in range(60)]

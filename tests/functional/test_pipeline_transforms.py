@@ -13,7 +13,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 from pyspark.sql import functions as F
 
-from services.pipeline.message_rows import ARROW_SCHEMA, SCHEMA
+from nsqspark.message_rows import ARROW_SCHEMA, SCHEMA
 from services.pipeline.transforms import event_counts, for_archive
 from tests.functional.spark import spark  # noqa: F401  (the fixture)
 

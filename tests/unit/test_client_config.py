@@ -82,10 +82,13 @@ def test_user_agents() -> None:
     assert user_agent("to_nsq") == f"to_nsq/{VERSION} nsq-py/{VERSION}"
 
 
-def test_the_services_and_the_client_are_released_with_one_version() -> None:
+def test_the_services_the_client_and_the_connector_are_released_with_one_version() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     client = tomllib.loads((ROOT / "clients/python/pyproject.toml").read_text())["project"]
+    connector = tomllib.loads((ROOT / "clients/spark/pyproject.toml").read_text())["project"]
     assert "version" not in project and "version" in project["dynamic"]  # setup.py reads the client's
-    assert client["version"] == VERSION == SERVICES_VERSION
+    assert client["version"] == connector["version"] == VERSION == SERVICES_VERSION
     assert f"nsqclient[snappy]=={VERSION}" in project["dependencies"]
+    assert project["optional-dependencies"]["pipeline"] == [f"nsqspark=={VERSION}"]
     assert client["dependencies"] == []  # the standard library only
+    assert f"nsqclient=={VERSION}" in connector["dependencies"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.pipeline.chunk_router import Chunk, Chunker, NodeRing
+from nsqspark.chunk_router import Chunk, Chunker, NodeRing
 
 
 def test_chunks_are_cut_at_the_message_count_and_kept_per_topic() -> None:

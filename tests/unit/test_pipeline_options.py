@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from services.pipeline.options import OptionError, parse_options
+from nsqspark.options import OptionError, parse_options
 
 
 def test_defaults_and_lists() -> None:

@@ -10,15 +10,9 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType  # noqa: E402
 
-from services.pipeline.chunk_router import SinkError  # noqa: E402
-from services.pipeline.options import OptionError, parse_options  # noqa: E402
-from services.pipeline.sink import (  # noqa: E402
-    NSQCommitMessage,
-    SinkConfig,
-    configure,
-    grouped,
-    total,
-)
+from nsqspark.chunk_router import SinkError  # noqa: E402
+from nsqspark.options import OptionError, parse_options  # noqa: E402
+from nsqspark.sink import NSQCommitMessage, SinkConfig, configure, grouped, total  # noqa: E402
 
 BODY = StructField("body", BinaryType())
 TOPIC = StructField("topic", StringType())

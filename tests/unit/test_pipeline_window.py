@@ -3,7 +3,7 @@ size, and cut into shares over connections that each stay within nsqd's default 
 
 from __future__ import annotations
 
-from services.pipeline.window import ASSUMED_SIZE, WindowSizer, connection_sets, shares
+from nsqspark.window import ASSUMED_SIZE, WindowSizer, connection_sets, shares
 
 MiB = 1024 * 1024
 

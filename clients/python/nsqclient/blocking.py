@@ -23,6 +23,7 @@ from typing import Any, Iterable, TypeVar
 
 from .config import Config
 from .errors import NSQError
+from .event_loop import new_event_loop
 from .producer import Producer
 
 T = TypeVar("T")
@@ -45,7 +46,7 @@ class BlockingProducer:
         self._calls = 0  # under way, in any thread; close waits for them
         self._state = threading.Condition()
         self._stopped = threading.Event()  # set once close has stopped the thread
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="nsq-blocking-producer", daemon=True)
         self._thread.start()
         try:

@@ -32,8 +32,8 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from nsqclient.event_loop import new_event_loop
 from nsqclient.protocol.names import is_valid_topic_name
-from shared.event_loop import new_event_loop
 
 from .chunk_router import Chunker, ChunkRouter, Published, SinkError
 from .options import NSQOptions, OptionError, parse_options

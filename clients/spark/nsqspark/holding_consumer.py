@@ -28,7 +28,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from nsqclient import Consumer, Message
-from shared.event_loop import new_event_loop
+from nsqclient.event_loop import new_event_loop
 
 from .options import NSQOptions
 from .window import WindowSizer, connection_sets, shares

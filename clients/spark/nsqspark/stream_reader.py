@@ -28,8 +28,9 @@ nsqd actually allows (less than ``max_in_flight`` where an nsqd's ``--max-rdy-co
 few hundred milliseconds however small it is, so the window sets the rate: with Spark's default trigger (the next
 batch as soon as one is committed) the defaults take tens of thousands of messages a second.
 
-``query.stop()`` ends the Python process Spark runs for the source on the driver with SIGTERM, so the reader installs a SIGTERM handler that stops it (every
-message not committed is given back with REQ, no delay) before the process ends as it would have.
+``query.stop()`` ends the Python process Spark runs for the source on the driver with SIGTERM, so the reader
+installs a SIGTERM handler that stops it (every message not committed is given back with REQ, no delay) before the
+process ends as it would have.
 
 Options (see ``options``): ``topic`` and ``channel``, ``lookupd_http_address`` and/or ``nsqd_tcp_address``,
 ``max_in_flight``, ``max_messages_per_batch``, TLS, compression and AUTH; ``lookupd_poll_interval`` (seconds, 60 by

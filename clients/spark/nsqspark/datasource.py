@@ -1,4 +1,4 @@
-"""The ``nsq`` data source for PySpark: ``spark.dataSource.register(NSQDataSource)``, then
+"""The ``nsq`` data source for PySpark: ``register(spark)`` (or ``spark.dataSource.register(NSQDataSource)``), then
 ``spark.readStream.format("nsq")``, ``spark.read.format("nsq")``, ``df.write.format("nsq")`` and
 ``df.writeStream.format("nsq")``. Options are in ``options``, the schema of the rows read in ``message_rows``; the
 readers and writers in their own modules.

@@ -1,4 +1,6 @@
-"""The event loop programs run on: uvloop when installed (10–30 % faster on the hot paths), asyncio's otherwise."""
+"""The event loop to run the client on: uvloop when installed (10–30 % faster on the hot paths), asyncio's
+otherwise. ``install_uvloop()`` makes it ``asyncio.run``'s; ``new_event_loop()`` is for a loop of one's own (on a
+thread, or inside a host such as Spark), without touching the global policy."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ def install_uvloop() -> None:
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A loop for code that runs its own (on a thread, or inside a host such as Spark), without the global policy."""
+    """A new loop, neither the thread's nor the policy's: the caller runs and closes it."""
     try:
         import uvloop
     except ImportError:
