@@ -85,6 +85,8 @@ test-programs-debian:
 ## wheels for the Docker images (deploy/wheels): every dependency, built here so that an image build needs no
 ## package index (OFFLINE=1); the pipeline's (PySpark, pyarrow) apart, so the services image does not carry them;
 ## what the image's build of the package needs (setuptools, mypy for mypyc) apart too
+## The client's and the connector's wheels are left out: the images build them from clients/ (ones of the same version
+## here could be older)
 wheels: $(STAMP)
 	rm -rf deploy/wheels/services deploy/wheels/pipeline deploy/wheels/build
 	$(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/build 'setuptools>=68' 'mypy>=1.10'
@@ -93,7 +95,6 @@ wheels: $(STAMP)
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir deploy/wheels/pipeline 'clients/spark'
 	NSQ_PY_COMPILE=0 $(BIN)/pip wheel --quiet --wheel-dir deploy/wheels/pipeline --find-links deploy/wheels/services --find-links deploy/wheels/pipeline '.[fast,pipeline]'
 	cd deploy/wheels/pipeline && for wheel in *.whl; do if [ -e "../services/$$wheel" ]; then rm "$$wheel"; fi; done
-	# the images build these from clients/: ones of the same version here could be older
 	rm deploy/wheels/services/nsqclient-*.whl deploy/wheels/pipeline/nsqspark-*.whl
 
 ## the API reference of the client (nsqclient) and the Spark connector (nsqspark), generated from their docstrings

@@ -15,6 +15,7 @@ from .processes import ROOT
 
 CLIENT = ROOT / "clients" / "python"
 CONNECTOR = ROOT / "clients" / "spark"
+_KEPT = {"HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "JAVA_HOME", "TERM"}  # of the tests' environment
 
 
 def build_wheels(sources: list[Path], into: Path) -> list[Path]:
@@ -34,16 +35,26 @@ def venv_with(directory: Path, requirements: list[str], *, index: bool) -> Path:
     ``index``); returns its python."""
     venv.create(directory, with_pip=True)
     python = directory / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", *([] if index else ["--no-index"]),
-                              *requirements], capture_output=True, text=True, timeout=600)
+    install = subprocess.run([str(python), "-I", "-m", "pip", "install", "--quiet", *([] if index else ["--no-index"]),
+                              *requirements], env=environment_of(python), capture_output=True, text=True,
+                             timeout=600)
     assert install.returncode == 0, install.stdout + install.stderr
     return python
 
 
 def installed(python: Path) -> set[str]:
-    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
-                            check=True, timeout=60)
+    listed = subprocess.run([str(python), "-I", "-m", "pip", "list", "--format=freeze"], env=environment_of(python),
+                            capture_output=True, text=True, check=True, timeout=60)
     return {line.split("==")[0].lower() for line in listed.stdout.split()}
+
+
+def environment_of(python: Path) -> dict[str, str]:
+    """The environment of a shell where the venv of ``python`` is activated, and where nothing the tests set
+    (``PYTHONPATH``, Spark's variables) reaches the programs it starts, Spark's Python workers included."""
+    kept = {name: value for name, value in os.environ.items()
+            if name in _KEPT or name.startswith(("PIP_INDEX", "PIP_EXTRA_INDEX", "PIP_FIND_LINKS"))}
+    return {**kept, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}",
+            "VIRTUAL_ENV": str(python.parent.parent)}
 
 
 def readme_examples(package: Path) -> list[str]:
@@ -52,14 +63,10 @@ def readme_examples(package: Path) -> list[str]:
 
 def run_example(python: Path, source: str, directory: Path, timeout: float = 60) -> str:
     """``source`` as a script of its own in ``directory``, in isolated mode (it sees the venv alone) and with the
-    venv first on ``PATH``, as when it is activated; returns what it printed."""
+    venv activated (``environment_of``); returns what it printed."""
     script = directory / "example.py"
     script.write_text(source)
-    environment = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}",
-                   "VIRTUAL_ENV": str(python.parent.parent)}
-    for inherited in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME"):
-        environment.pop(inherited, None)
-    result = subprocess.run([str(python), "-I", str(script)], cwd=directory, env=environment, capture_output=True,
-                            text=True, timeout=timeout)
+    result = subprocess.run([str(python), "-I", str(script)], cwd=directory, env=environment_of(python),
+                            capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout

@@ -1,1 +1,1 @@
-"""The data pipeline on Apache Spark. Not built yet."""
+"""The data pipeline's Spark jobs (``jobs``), on the ``nsq`` data source of ``nsqspark``."""

@@ -14,7 +14,7 @@ import pytest
 from harness.packages import CLIENT, CONNECTOR, build_wheels, installed, readme_examples, run_example, venv_with
 from harness.processes import NSQDProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 SPARK_EXAMPLE_TIMEOUT = 300  # a JVM and a local Spark session, started in a new venv
 
 

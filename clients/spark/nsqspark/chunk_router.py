@@ -28,7 +28,7 @@ from nsqclient.lookupd import lookup_nodes
 
 from .options import NSQOptions
 
-log = logging.getLogger("nsq.pipeline")
+log = logging.getLogger("nsq.spark")
 
 # per node: enough to keep an nsqd busy while the next chunk is encoded, little enough to bound what a lost node
 # sends again

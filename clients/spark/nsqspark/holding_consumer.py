@@ -33,7 +33,7 @@ from nsqclient.event_loop import new_event_loop
 from .options import NSQOptions
 from .window import WindowSizer, connection_sets, shares
 
-log = logging.getLogger("nsq.pipeline")
+log = logging.getLogger("nsq.spark")
 
 T = TypeVar("T")
 

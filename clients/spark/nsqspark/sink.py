@@ -38,7 +38,7 @@ from nsqclient.protocol.names import is_valid_topic_name
 from .chunk_router import Chunker, ChunkRouter, Published, SinkError
 from .options import NSQOptions, OptionError, parse_options
 
-log = logging.getLogger("nsq.pipeline")
+log = logging.getLogger("nsq.spark")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ After a restart from a checkpoint, batch numbers continue after the checkpointed
 this process did not seal (the previous driver sealed it) reads as empty: its messages, un-FIN'd, come back from
 nsqd after its msg_timeout, in a later batch. So every message is written at least once; duplicates (with
 ``attempts`` > 1) come from batches written but not yet committed when the driver died or the query stopped
-(``transforms.for_archive`` drops them by topic, nsqd and message ID).
+(a consumer of the rows drops them by ``topic``, ``nsqd_address`` and ``message_id`` together).
 
 Memory and batch size: nsqd sends no more than ``max_in_flight`` un-FIN'd messages (100,000 by default, over
 several connections per nsqd: see ``holding_consumer``), and a batch's messages stay un-FIN'd until the next batch
@@ -57,7 +57,7 @@ from .holding_consumer import HoldingConsumer
 from .message_rows import partition_messages, read_partition
 from .options import NSQOptions, parse_options
 
-log = logging.getLogger("nsq.pipeline")
+log = logging.getLogger("nsq.spark")
 
 Offset = dict[str, int]
 
