@@ -26,7 +26,7 @@ async def test_publish_multi_publish_and_deferred_publish(nsqd: NSQDProcess) -> 
         assert (await consumer.read_message()).body == b"later" and time.monotonic() - sent_at >= 0.5
         stats = json.loads(nsqd.http("GET", "/stats?format=json")[2])
         assert stats["producers"][0]["client_id"] == "producer-1"
-        assert stats["producers"][0]["user_agent"] == "nsq-py/1.3.0"
+        assert stats["producers"][0]["user_agent"] == "nsqclient/1.3.0"
     await consumer.close()
 
 

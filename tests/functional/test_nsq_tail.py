@@ -77,7 +77,7 @@ def test_the_default_channel_is_ephemeral_and_a_signal_stops_it(nsqd: NSQDProces
         wait_for(lambda: channels(nsqd, "live")[name]["message_count"] == 2
                  and channels(nsqd, "live")[name]["in_flight_count"] == 0)  # both FIN'd
         clients = channels(nsqd, "live")[name]["clients"]
-        assert [client["user_agent"] for client in clients] == ["nsq_tail/1.3.0 nsq-py/1.3.0"]
+        assert [client["user_agent"] for client in clients] == ["nsq_tail/1.3.0 nsqclient/1.3.0"]
         process.send_signal(signum)
         status, stdout, _ = finish(process, 10)
         assert status == 0

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_identify_carries_only_what_is_set() -> None:
     body = Config(client_id="worker-1", hostname="host.example").identify()
     assert body == {"feature_negotiation": True, "client_id": "worker-1", "hostname": "host.example",
-                    "user_agent": f"nsq-py/{VERSION}", "tls_v1": False}
+                    "user_agent": f"nsqclient/{VERSION}", "tls_v1": False}
     body = Config(heartbeat_interval=5000, msg_timeout=60_000, sample_rate=10, deflate=True, deflate_level=3,
                   tls=ssl.create_default_context()).identify()
     assert {key: body[key] for key in ("heartbeat_interval", "msg_timeout", "sample_rate", "deflate",
@@ -78,8 +78,8 @@ async def test_an_nsqd_address_that_is_not_host_port_is_a_unix_socket(tmp_path: 
 
 
 def test_user_agents() -> None:
-    assert user_agent() == f"nsq-py/{VERSION}"
-    assert user_agent("to_nsq") == f"to_nsq/{VERSION} nsq-py/{VERSION}"
+    assert user_agent() == f"nsqclient/{VERSION}"
+    assert user_agent("to_nsq") == f"to_nsq/{VERSION} nsqclient/{VERSION}"
 
 
 def test_the_services_the_client_and_the_connector_are_released_with_one_version() -> None:

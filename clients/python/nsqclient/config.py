@@ -17,11 +17,11 @@ from typing import Any
 
 from .version import VERSION
 
-LIBRARY = f"nsq-py/{VERSION}"
+LIBRARY = f"nsqclient/{VERSION}"
 
 
 def user_agent(program: str | None = None) -> str:
-    """What a client says it is: ``nsq-py/<version>``, after ``<program>/<version>`` for a tool."""
+    """What a client says it is: ``nsqclient/<version>``, after ``<program>/<version>`` for a tool."""
     return LIBRARY if program is None else f"{program}/{VERSION} {LIBRARY}"
 
 
