@@ -1,7 +1,7 @@
 """``BlockingProducer`` against a real nsqd, from plain threads with no event loop of their own: many threads share
 one, every message arrives once, nsqd's refusals and a dead address are raised in the calling thread, closing
-waits for what is under way, lookupd finds the nsqd, a forked child is told to make its own, and the README's Flask
-example works as written."""
+waits for what is under way, lookupd finds the nsqd (and the other one when it goes away), a forked child is told
+to make its own, and the README's Flask example works as written."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from harness.processes import ROOT, NSQDProcess, free_port, start_lookupd, wait_for
 from harness.wire import WireClient
-from nsqclient import BlockingProducer, ConnectError, NSQProtocolError, ProducerClosed
+from nsqclient import BlockingProducer, ConnectError, ConnectionClosed, NSQError, NSQProtocolError, ProducerClosed
 
 THREADS, EACH = 8, 250
 
@@ -133,6 +133,56 @@ def test_lookupd_finds_the_nsqd_to_publish_to(nsqd_factory: Callable[..., NSQDPr
             producer.publish("found", b"x")
             assert producer.address == nsqd.tcp_address_text
         assert message_count(nsqd, "found") == 1
+    finally:
+        lookupd.stop()
+
+
+def test_threads_publish_on_through_lookupd_when_their_nsqd_goes_away(
+        nsqd_factory: Callable[..., NSQDProcess]) -> None:
+    """Two nsqd on one host behind lookupd: the producer publishes to one; when it stops, a publish raises in the
+    calling thread (the application publishes again: at least once), and the next connects to the other node."""
+    lookupd = start_lookupd()
+    try:
+        nodes = [nsqd_factory(f"--lookupd-tcp-address={lookupd.tcp_address_text}") for _ in range(2)]
+        for node in nodes:
+            assert node.http("POST", "/topic/create?topic=clicks")[0] == 200
+        wait_for(lambda: len(json.loads(lookupd.http("GET", "/lookup?topic=clicks")[2])["producers"]) == 2, 10,
+                 "both nodes registered")
+        published: list[bytes] = []
+        errors: list[BaseException] = []
+        first_half = threading.Barrier(THREADS + 1)
+
+        with BlockingProducer(lookupd_http_addresses=[lookupd.http_address_text], connect_timeout=1.0) as producer:
+            def publish_many(thread: int) -> None:
+                for n in range(2 * EACH):
+                    if n == EACH:
+                        first_half.wait()  # the main thread stops the node in between
+                        first_half.wait()
+                    body = b"%d-%d" % (thread, n)
+                    for _attempt in range(5):
+                        try:
+                            producer.publish("clicks", body)
+                            published.append(body)
+                            break
+                        except NSQError as error:
+                            errors.append(error)
+                    else:
+                        raise AssertionError(f"{body!r} not published: {errors[-1]!r}")
+
+            threads = [threading.Thread(target=publish_many, args=(t,)) for t in range(THREADS)]
+            for thread in threads:
+                thread.start()
+            first_half.wait()
+            first = next(node for node in nodes if node.tcp_address_text == producer.address)
+            first.stop()
+            first_half.wait()
+            for thread in threads:
+                thread.join()
+            second = next(node for node in nodes if node is not first)
+            assert producer.address == second.tcp_address_text
+        assert len(published) == THREADS * 2 * EACH
+        assert message_count(second, "clicks") == THREADS * EACH  # the second half, each once
+        assert all(isinstance(error, ConnectionClosed) for error in errors)
     finally:
         lookupd.stop()
 
