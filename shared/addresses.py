@@ -35,9 +35,15 @@ def listening_unix_socket(path: str, backlog: int = 1024) -> socket.socket:
     """A non-blocking socket listening at ``path``. A socket file left by a process that is gone (nothing accepts
     on it) is replaced; one something still listens on is an error, as binding a used port is, and so is any
     other file there."""
+    remove_unix_socket(path)
+    return _listening(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), path, backlog)
+
+
+def remove_unix_socket(path: str) -> None:
+    """Removes the socket file at ``path`` if nothing listens on it: a listener's once it is closed (asyncio leaves
+    it behind, where NSQ's nsqd removes its own), or one left by a process that is gone. Anything else stays."""
     if _is_socket_file(path) and not _listened_on(path):
         os.unlink(path)
-    return _listening(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), path, backlog)
 
 
 def _listening(sock: socket.socket, address: str | tuple[str, int], backlog: int) -> socket.socket:

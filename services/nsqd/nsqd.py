@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nsqclient.addresses import join_host_port
+from nsqclient.addresses import is_unix_socket, join_host_port
 from nsqclient.protocol.names import is_ephemeral, is_valid_channel_name
 from nsqclient.version import VERSION
+from shared.addresses import remove_unix_socket
 from shared.allowed_hosts import allowed_names
 from shared.http_server import HTTPService
 from shared.listeners import listen_tcp
@@ -188,6 +189,9 @@ class NSQD:
             await server.wait_closed()
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
+        for address in (self.opts.tcp_address, self.opts.http_address):
+            if address and is_unix_socket(address):
+                remove_unix_socket(address)
         if self.gc_pauses in gc.callbacks:
             gc.callbacks.remove(self.gc_pauses)
         if self.auth_client is not None:

@@ -1,5 +1,6 @@
 """nsqd on unix sockets (NSQ 1.3's rule: a --tcp-address or --http-address that is not host:port is a socket's
-path): curl over the HTTP socket, this project's client and to_nsq over the TCP one, /info's ports -1 as NSQ's."""
+path): curl over the HTTP socket, this project's client and to_nsq over the TCP one, /info's ports -1 as NSQ's,
+and the socket files removed when nsqd stops, as NSQ's are."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def sockets(tmp_path: Path) -> Iterator[tuple[str, str]]:
     finally:
         process.terminate()
         process.wait(10)
+    assert process.returncode == 0
+    assert not Path(tcp).exists() and not Path(http).exists()  # removed at a clean stop
 
 
 def curl(http: str, *args: str) -> str:
