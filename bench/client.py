@@ -1,9 +1,10 @@
 """The client library's own ceiling: ``.venv/bin/python -m bench.client [--messages 1000000]``.
 
 Starts an nsqd, fills a topic, then consumes it through one ``Consumer`` with a no-op handler (``max_in_flight``
-2500), and publishes through one ``Producer`` with many publishes under way at once. Prints msg/s and the CPU
-seconds this process (the client) spent per million messages: the library must not be what limits a Python
-consumer. The backlog is filled by MPUB over the raw protocol so that filling costs little.
+2500), publishes through one ``Producer`` with many publishes under way at once, and through one
+``BlockingProducer`` from 1 and from 8 threads, each publishing one message at a time as a web app's views do.
+Prints msg/s and the CPU seconds this process (the client) spent per million messages: the library must not be
+what limits a Python consumer or publisher. The backlog is filled by MPUB over the raw protocol so that filling costs little.
 
 ``--transport tls+snappy`` (or ``tls``, ``snappy``, ``deflate``, ``tls+deflate``) measures the same over TLS and/or
 compression, with a certificate made for the run.
@@ -16,13 +17,14 @@ import asyncio
 import resource
 import ssl
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.run import SIZE, cpu_seconds
 from harness.processes import start_nsqd
-from nsqclient import Consumer, Message, Producer
+from nsqclient import BlockingProducer, Consumer, Message, Producer
 from nsqclient.event_loop import install_uvloop
 
 TOPIC = "bench_client"
@@ -86,6 +88,33 @@ async def run(args: argparse.Namespace, address: str, nsqd_pid: int, transport: 
            cpu_seconds(nsqd_pid) - nsqd_cpu)
 
 
+def publish_blocking(address: str, messages: int, threads: int, transport: dict[str, Any]) -> float:
+    body = b"z" * SIZE
+    with BlockingProducer(address, **transport) as producer:
+        producer.connect()
+
+        def publish_many() -> None:
+            for _ in range(messages // threads):
+                producer.publish(TOPIC + "_blocking", body)
+
+        workers = [threading.Thread(target=publish_many) for _ in range(threads)]
+        start = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return time.perf_counter() - start
+
+
+def run_blocking(args: argparse.Namespace, address: str, nsqd_pid: int, transport: dict[str, Any]) -> None:
+    messages = args.messages // 10
+    for threads in (1, 8):
+        cpu, nsqd_cpu = own_cpu(), cpu_seconds(nsqd_pid)
+        seconds = publish_blocking(address, messages, threads, transport)
+        report(f"BlockingProducer.publish, {threads} thread{'s' if threads > 1 else ''}", messages, seconds,
+               own_cpu() - cpu, cpu_seconds(nsqd_pid) - nsqd_cpu)
+
+
 def transport_settings(name: str, directory: Path) -> tuple[list[str], dict[str, Any]]:
     """nsqd's flags and the clients' options for ``name``."""
     flags: list[str] = []
@@ -119,6 +148,7 @@ def main() -> None:
             for concurrency in (1, 8):  # before filling, so that both channels get a copy of the backlog
                 nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel=c{concurrency}")
             asyncio.run(run(args, f"127.0.0.1:{nsqd.tcp_port}", nsqd.process.pid, transport))
+            run_blocking(args, f"127.0.0.1:{nsqd.tcp_port}", nsqd.process.pid, transport)
         finally:
             nsqd.stop()
 
