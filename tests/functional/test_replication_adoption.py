@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from harness.etcd import EtcdCluster
 from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd, wait_for
@@ -52,6 +53,13 @@ async def finish(nsqd: NSQDProcess, topic: str, channel: str, count: int) -> lis
     return bodies
 
 
+def finished_takeover(etcd: EtcdCluster, origin: NSQDProcess) -> dict[str, Any] | None:
+    """``origin``'s record in etcd once its takeover is marked done, which the adopter does after putting the
+    messages into its channels (so a moment after they show there)."""
+    record: dict[str, Any] = json.loads(etcd.get(f"/nsq/mirrors/127.0.0.1:{origin.tcp_port}") or b"{}")
+    return record if record.get("adopted") else None
+
+
 def test_killed_its_unfinished_messages_are_delivered_by_one_survivor(
         etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess], tmp_path: Path) -> None:
     a, b, c = start_cluster(etcd, nsqd_factory)
@@ -74,8 +82,8 @@ def test_killed_its_unfinished_messages_are_delivered_by_one_survivor(
     assert failover < 4 + 5, failover
     adopter, other = (b, c) if depth(b, "orders", "archive") == 70 else (c, b)
     assert depth(other, "orders", "archive") == 0  # taken over once, not twice
-    record = json.loads(etcd.get(f"/nsq/mirrors/127.0.0.1:{a.tcp_port}") or b"")
-    assert record["adopted_by"] == f"127.0.0.1:{adopter.tcp_port}" and record["adopted"]
+    record = wait_for(lambda: finished_takeover(etcd, a), 5, "the takeover marked done")
+    assert record["adopted_by"] == f"127.0.0.1:{adopter.tcp_port}"
     assert (replication(adopter)["adopted_origins"], replication(adopter)["adopted_messages"]) == (1, 70)
     delivered = asyncio.run(finish(adopter, "orders", "archive", 70))
     assert sorted(delivered) == sorted(set(bodies) - set(finished))
