@@ -40,9 +40,32 @@ async def test_pipelined_publishes_are_each_answered(nsqd: NSQDProcess) -> None:
 async def test_errors_carry_nsqs_code(nsqd: NSQDProcess) -> None:
     async with Producer(nsqd.tcp_address_text) as producer:
         with pytest.raises(NSQProtocolError) as raised:
-            await producer.publish("bad!", b"x")
-        assert raised.value.code == "E_BAD_TOPIC"
+            await producer.publish("empty", b"")  # nsqd refuses an empty body, and closes the connection
+        assert raised.value.code == "E_BAD_MESSAGE"
         await producer.publish("good", b"reconnected after the fatal error")  # a new connection
+
+
+async def test_a_topic_nsqd_would_refuse_is_refused_before_it_is_sent_with_nsqds_answer(nsqd: NSQDProcess) -> None:
+    wire = await WireClient.connect(nsqd.tcp_address)
+    await wire.command(b"PUB", b"bad!", body=b"x")
+    nsqds_answer = (await wire.read_frame()).data.decode()
+    await wire.close()
+    async with Producer(nsqd.tcp_address_text) as producer:
+        with pytest.raises(NSQProtocolError) as raised:
+            await producer.publish("bad!", b"x")
+        assert str(raised.value) == nsqds_answer == 'E_BAD_TOPIC PUB topic name "bad!" is not valid'
+        # a space or a newline would split the command: nsqd would read "a b" as topic "a", and the rest as more
+        for name in ("a b", "x\nPUB y", "", "z" * 65):
+            for publish in (producer.publish(name, b"x"), producer.multi_publish(name, [b"x"]),
+                            producer.deferred_publish(name, b"x", 1.0)):
+                with pytest.raises(NSQProtocolError, match="^E_BAD_TOPIC [DM]?PUB topic name"):
+                    await publish
+        async with producer.pipeline() as pipeline:
+            with pytest.raises(NSQProtocolError, match="^E_BAD_TOPIC PUB topic name"):
+                await pipeline.publish("a b", b"x")
+        await producer.publish("good", b"x")
+    stats = json.loads(nsqd.http("GET", "/stats?format=json")[2])
+    assert [topic["topic_name"] for topic in stats["topics"]] == ["good"]  # none of the others reached nsqd
 
 
 async def test_it_reconnects_after_nsqd_restarts(tmp_path: Path) -> None:

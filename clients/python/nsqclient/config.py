@@ -31,30 +31,42 @@ def _short_hostname() -> str:
 
 @dataclass(frozen=True)
 class Config:
-    # what IDENTIFY says
+    """How a ``Producer`` or a ``Consumer`` connects; pass one as ``config=``, or its fields as keyword arguments.
+
+    What IDENTIFY tells nsqd (``None``: nsqd's default): ``client_id`` (the short hostname), ``hostname``,
+    ``user_agent`` (``nsqclient/<version>``), ``heartbeat_interval`` (ms; nsqd's default is 30 s, -1 turns
+    heartbeats off), ``msg_timeout`` (ms, for the messages nsqd sends this client), ``sample_rate`` (percent of the
+    channel's messages this client receives), ``output_buffer_size`` (bytes), ``output_buffer_timeout`` (ms), and
+    ``topology_zone`` and ``topology_region`` (an nsqd with topology-aware delivery prefers consumers in its zone,
+    then its region).
+
+    The upgrades IDENTIFY negotiates: ``tls`` (an ``ssl.SSLContext``), then ``snappy`` (needs
+    ``nsqclient[snappy]``) or ``deflate`` (with ``deflate_level``). ``auth_secret`` answers an nsqd that requires
+    AUTH.
+
+    ``connect_timeout`` (1 s, go-nsq's): seconds to connect and identify, TLS and AUTH included; a consumer's SUB
+    and CLS wait as long for nsqd. ``command_timeout`` (60 s, as go-nsq's read timeout): seconds a publish waits
+    for its answer, then ``CommandTimeout`` and the connection is closed. That is how a connection that went silent
+    (a pulled cable, a peer that stopped reading) is noticed, where TCP alone would wait for ever; a healthy nsqd
+    answers sooner, and its heartbeats come more often.
+    """
+
     client_id: str = field(default_factory=_short_hostname)
     hostname: str = field(default_factory=socket.gethostname)
     user_agent: str = LIBRARY
-    heartbeat_interval: int | None = None  # ms; nsqd's default is 30 s, -1 turns heartbeats off
-    msg_timeout: int | None = None  # ms, for the messages nsqd sends this client
-    sample_rate: int | None = None  # percent of the channel's messages this client receives
-    output_buffer_size: int | None = None  # bytes
-    output_buffer_timeout: int | None = None  # ms
-    # where this client is: an nsqd with topology-aware delivery prefers consumers in its zone, then its region
+    heartbeat_interval: int | None = None
+    msg_timeout: int | None = None
+    sample_rate: int | None = None
+    output_buffer_size: int | None = None
+    output_buffer_timeout: int | None = None
     topology_zone: str | None = None
     topology_region: str | None = None
-    # the upgrades IDENTIFY negotiates: TLS with this context, then snappy or deflate
     tls: ssl.SSLContext | None = None
     snappy: bool = False
     deflate: bool = False
     deflate_level: int | None = None
-    # answers an nsqd that requires AUTH
     auth_secret: str | None = None
-    # seconds to connect and identify (TLS and AUTH included); a consumer's SUB and CLS wait as long for nsqd
     connect_timeout: float = 1.0
-    # seconds a publish waits for its answer, then CommandTimeout and the connection is closed: a connection that
-    # went silent (a pulled cable, a peer that stopped reading) is noticed here, TCP alone would wait for ever.
-    # As go-nsq's read_timeout: a healthy nsqd answers sooner, its heartbeats come more often.
     command_timeout: float = 60.0
 
     def __post_init__(self) -> None:

@@ -24,12 +24,15 @@ raised): what a failure leaves unacknowledged is always the newest ``unanswered`
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
 from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple
 
 from .connection import Connection
+from .errors import NSQProtocolError
 from .protocol.frames import encode_command, encode_mpub
+from .protocol.names import go_quote, is_valid_topic_name
 
 if TYPE_CHECKING:
     from .producer import Producer
@@ -77,19 +80,19 @@ class Pipeline:
     async def publish(self, topic: str, body: bytes) -> None:
         """Writes a PUB; raises the failure of an earlier publish instead (see the module's docstring)."""
         connection = await self._ready()
-        command = encode_command(b"PUB", topic.encode(), body=body)
+        command = encode_command(b"PUB", topic_param("PUB", topic), body=body)
         self._sent.append((connection.command(command, self._timeout), topic, body, None))
 
     async def multi_publish(self, topic: str, bodies: list[bytes]) -> None:
         """Writes an MPUB: all of ``bodies`` or none will be taken."""
         connection = await self._ready()
-        self._sent.append((connection.command(encode_mpub(topic.encode(), bodies), self._timeout), topic, bodies,
-                           None))
+        command = encode_mpub(topic_param("MPUB", topic), bodies)
+        self._sent.append((connection.command(command, self._timeout), topic, bodies, None))
 
     async def deferred_publish(self, topic: str, body: bytes, delay: float) -> None:
         """Writes a DPUB: delivered no sooner than ``delay`` seconds after nsqd takes it."""
         connection = await self._ready()
-        command = encode_command(b"DPUB", topic.encode(), str(round(delay * 1000)).encode(), body=body)
+        command = encode_command(b"DPUB", topic_param("DPUB", topic), str(round(delay * 1000)).encode(), body=body)
         self._sent.append((connection.command(command, self._timeout), topic, body, delay))
 
     async def flush(self) -> None:
@@ -121,3 +124,13 @@ class Pipeline:
     async def _collect(self) -> None:
         await self._sent[0][0]  # a failure stays in place: raised again until abandon()
         self._sent.popleft()
+
+
+@functools.lru_cache(maxsize=1024)  # a producer publishes to a few topics, again and again
+def topic_param(command: str, topic: str) -> bytes:
+    """``topic`` as a publish sends it. A name nsqd would refuse is refused here as nsqd refuses it (E_BAD_TOPIC,
+    with nsqd's text), before a space or a newline in it could split the command: nsqd would read ``"a b"`` as
+    topic ``a``."""
+    if not is_valid_topic_name(topic):
+        raise NSQProtocolError("E_BAD_TOPIC", f"{command} topic name {go_quote(topic)} is not valid")
+    return topic.encode()

@@ -30,7 +30,7 @@ from .config import Config, configure
 from .connection import Connection
 from .errors import ConnectError, NSQError, describe
 from .lookupd import lookup_nodes
-from .pipeline import WINDOW, Pipeline
+from .pipeline import WINDOW, Pipeline, topic_param
 from .protocol.frames import encode_command, encode_mpub
 
 log = logging.getLogger("nsq.client")
@@ -92,15 +92,16 @@ class Producer:
         return nodes
 
     async def publish(self, topic: str, body: bytes) -> None:
-        await self._command(encode_command(b"PUB", topic.encode(), body=body))
+        await self._command(encode_command(b"PUB", topic_param("PUB", topic), body=body))
 
     async def multi_publish(self, topic: str, bodies: list[bytes]) -> None:
         """All of ``bodies`` or none (MPUB is atomic in nsqd)."""
-        await self._command(encode_mpub(topic.encode(), bodies))
+        await self._command(encode_mpub(topic_param("MPUB", topic), bodies))
 
     async def deferred_publish(self, topic: str, body: bytes, delay: float) -> None:
         """Delivered no sooner than ``delay`` seconds from now."""
-        await self._command(encode_command(b"DPUB", topic.encode(), str(round(delay * 1000)).encode(), body=body))
+        await self._command(encode_command(b"DPUB", topic_param("DPUB", topic), str(round(delay * 1000)).encode(),
+                                           body=body))
 
     def pipeline(self, window: int = WINDOW, timeout: float | None = None) -> Pipeline:
         """Publishes that do not wait for their answers: at most ``window`` unanswered, each failing with
