@@ -10,10 +10,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
-from harness.processes import free_port
+from harness.processes import free_port, start_nsqd, wait_for_async
 from nsqclient import CommandTimeout, ConnectError, ConnectionClosed, Consumer, NSQError, Producer, TransportError
 from nsqclient.protocol.compression import DeflateCodec
 from nsqclient.protocol.frames import FRAME_TYPE_RESPONSE, MAGIC_V2, encode_frame
@@ -205,3 +206,26 @@ async def test_a_consumer_logs_connect_errors_and_tries_again(caplog: pytest.Log
             await consumer.stop()
     assert attempts >= 2
     assert f"nsqd {address}: identifying: connection closed" in caplog.text
+    assert consumer.unreachable == {address: "identifying: connection closed by nsqd"}
+
+
+async def test_a_consumer_says_what_it_cannot_reach_until_it_answers(tmp_path: Path) -> None:
+    async def ignore(_: object) -> None:
+        pass
+
+    port = free_port()
+    nsqd, lookupd = f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}"
+    consumer = Consumer("t", "c", ignore, nsqd_tcp_addresses=[nsqd], lookupd_http_addresses=[lookupd])
+    await consumer.start()
+    try:
+        await wait_for_async(lambda: len(consumer.unreachable) == 2 or None, 5, "both attempts failed")
+        assert consumer.unreachable[lookupd] == "lookupd did not answer"
+        assert "Connect call failed" in consumer.unreachable[nsqd]
+        started = start_nsqd(f"--tcp-address={nsqd}", data_path=tmp_path)
+        try:
+            await wait_for_async(lambda: consumer.connections or None, 10, "the consumer connected")
+            assert consumer.unreachable.keys() == {lookupd}
+        finally:
+            started.stop()
+    finally:
+        await consumer.stop()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.processes import NSQDProcess, finished, start_lookupd, wait_for
+from harness.processes import NSQDProcess, finished, free_port, start_lookupd, wait_for
 from tests.functional.spark import spark  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
@@ -182,6 +182,35 @@ def test_batch_reads(spark: SparkSession, nsqd_factory: Callable[..., NSQDProces
     written = spark.read.parquet(str(tmp_path / "one"), str(tmp_path / "rest")).collect()
     assert sorted(bytes(row.body) for row in written) == sent
     assert min(row.attempts for row in written) >= 2  # every one was peeked first
+
+
+def test_a_batch_read_from_a_cluster_out_of_reach_fails_and_an_idle_channel_reads_empty(
+        spark: SparkSession, nsqd_factory: Callable[..., NSQDProcess]) -> None:  # noqa: F811
+    from nsqclient import ConnectError
+    from nsqspark.batch_reader import drain, read_batch
+
+    dead_nsqd, dead_lookupd = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    base = {"topic": TOPIC, "channel": CHANNEL, "idle_timeout": "1"}
+    for where, reason in (({"nsqd_tcp_address": dead_nsqd}, dead_nsqd),
+                          ({"lookupd_http_address": dead_lookupd}, f"{dead_lookupd}: lookupd did not answer")):
+        options = {**base, **where}
+        with pytest.raises(ConnectError, match=f"no nsqd reached for {TOPIC}/{CHANNEL}: .*{reason}"):
+            with read_batch(spark, options):
+                pass
+        with pytest.raises(ConnectError, match=reason):
+            drain(spark, options, lambda frame: None)
+        with pytest.raises(Exception, match="no nsqd reached"):  # Spark wraps what planning raised
+            spark.read.format("nsq").options(**options).load().collect()
+
+    nsqd = nsqd_factory()
+    lookupd = start_lookupd()
+    try:
+        for where in ({"nsqd_tcp_address": nsqd.tcp_address_text},  # reached, nothing there
+                      {"lookupd_http_address": lookupd.http_address_text}):  # answers, knows no nsqd for the topic
+            with read_batch(spark, {**base, **where}) as batch:
+                assert len(batch) == 0
+    finally:
+        lookupd.stop()
 
 
 def test_large_messages_are_held_within_max_bytes_in_flight(nsqd_factory: Callable[..., NSQDProcess]) -> None:

@@ -120,6 +120,7 @@ class Consumer:
         self._queue: asyncio.Queue[tuple[ConsumerConnection, Message]] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._keepers: dict[str, asyncio.Task[None]] = {}
+        self._unreachable: dict[str, str] = {}
         self._resume_timer: asyncio.TimerHandle | None = None
         self._rotation = 0
         self._stopping = False
@@ -170,6 +171,12 @@ class Consumer:
     def connections(self) -> list[str]:
         """Addresses of the nsqd this consumer is subscribed on."""
         return list(self._connections)
+
+    @property
+    def unreachable(self) -> dict[str, str]:
+        """The nsqd and lookupd addresses whose last attempt failed (connecting, or asking lookupd), each with why;
+        an address leaves once it answers."""
+        return dict(self._unreachable)
 
     @property
     def in_flight(self) -> int:
@@ -337,6 +344,7 @@ class Consumer:
                     log.warning("nsqd %s: connection closed", address)
             except NSQError as error:
                 log.error("nsqd %s: %s", address, describe(error))
+                self._unreachable[address] = describe(error)
             finally:
                 await self._disconnect(conn)
             if not reconnect or self._stopping:
@@ -351,6 +359,7 @@ class Consumer:
         await conn.connection.command(encode_command(b"SUB", self.topic.encode(), self.channel.encode()),
                                       self.config.connect_timeout)
         log.info("nsqd %s: subscribed to %s/%s", conn.address, self.topic, self.channel)
+        self._unreachable.pop(conn.address, None)
         self._connections[conn.address] = conn
         self._rebalance()
 
@@ -385,6 +394,11 @@ class Consumer:
         while True:
             answers = await asyncio.gather(*(lookup_topic(address, self.topic, timeout)
                                              for address in self.lookupd_http_addresses))
+            for lookupd, answer in zip(self.lookupd_http_addresses, answers):
+                if answer is None:
+                    self._unreachable[lookupd] = "lookupd did not answer"  # lookup_topic logged why
+                else:
+                    self._unreachable.pop(lookupd, None)
             for address in {address for answer in answers if answer for address in answer}:
                 self._keep(address, reconnect=False)
             jitter = random.uniform(-self.lookupd_poll_jitter, self.lookupd_poll_jitter)

@@ -22,6 +22,9 @@ At least once: a driver that dies between the write and ``ack()`` leaves the mes
 them again after its msg_timeout. Since nsqd sends no more than ``max_in_flight`` un-FIN'd messages (and no more
 than its ``--max-rdy-count`` per connection), one batch holds at most that many; ``drain`` repeats batches (read,
 ``write(frame)``, FIN) until ``max_messages`` in all or until the channel stays idle for ``idle_timeout``.
+
+All three raise ``nsqclient.ConnectError`` when they end with nothing while no nsqd is connected and an address
+(given, or found through lookupd) or a lookupd failed: a cluster out of reach does not read as an empty channel.
 """
 
 from __future__ import annotations

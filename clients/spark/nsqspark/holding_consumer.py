@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from nsqclient import Consumer, Message
+from nsqclient import ConnectError, Consumer, Message
 from nsqclient.event_loop import new_event_loop
 
 from .options import NSQOptions
@@ -86,7 +86,9 @@ class HoldingConsumer:
     def collect(self, limit: int, idle_timeout: float) -> tuple[list[Message], bool]:
         """Waits until ``limit`` messages (0: no limit) are waiting, or nsqd cannot send more because of what is
         held (the consumer is starved), or ``idle_timeout`` s pass without a message; takes them. The flag says
-        whether it ended idle."""
+        whether it ended idle. Ending idle with nothing, while no nsqd is connected and an address given or found
+        failed, raises ConnectError naming each: otherwise a cluster out of reach would read as an empty
+        channel."""
         return self._call(self._collect(limit, idle_timeout), timeout=None)
 
     def finish(self, messages: Sequence[Message]) -> None:
@@ -187,8 +189,19 @@ class HoldingConsumer:
             try:
                 await asyncio.wait_for(self._arrival.wait(), idle_timeout)
             except TimeoutError:
-                return await self._take(limit or None), True
+                taken = await self._take(limit or None)
+                if not taken:
+                    self._raise_if_unreachable()
+                return taken, True
         return await self._take(limit or None), False
+
+    def _raise_if_unreachable(self) -> None:
+        if any(consumer.connections for consumer in self._consumers):
+            return
+        unreachable = {address: why for consumer in self._consumers for address, why in consumer.unreachable.items()}
+        if unreachable:
+            raise ConnectError(f"no nsqd reached for {self._options.topic}/{self._options.channel}: "
+                               + "; ".join(f"{address}: {why}" for address, why in sorted(unreachable.items())))
 
     async def _respond(self, messages: Sequence[Message], finish: bool) -> None:
         for message in messages:
