@@ -89,13 +89,19 @@ async def run(args: argparse.Namespace, address: str, nsqd_pid: int, transport: 
 
 
 def publish_blocking(address: str, messages: int, threads: int, transport: dict[str, Any]) -> float:
+    """Seconds for ``threads`` threads to publish ``messages`` (a multiple of ``threads``) through one producer;
+    the first failure of any of them is raised."""
     body = b"z" * SIZE
+    failures: list[BaseException] = []
     with BlockingProducer(address, **transport) as producer:
         producer.connect()
 
         def publish_many() -> None:
-            for _ in range(messages // threads):
-                producer.publish(TOPIC + "_blocking", body)
+            try:
+                for _ in range(messages // threads):
+                    producer.publish(TOPIC + "_blocking", body)
+            except BaseException as error:  # raised below, in the benchmark's thread
+                failures.append(error)
 
         workers = [threading.Thread(target=publish_many) for _ in range(threads)]
         start = time.perf_counter()
@@ -103,12 +109,15 @@ def publish_blocking(address: str, messages: int, threads: int, transport: dict[
             worker.start()
         for worker in workers:
             worker.join()
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+    if failures:
+        raise failures[0]
+    return seconds
 
 
 def run_blocking(args: argparse.Namespace, address: str, nsqd_pid: int, transport: dict[str, Any]) -> None:
-    messages = args.messages // 10
     for threads in (1, 8):
+        messages = args.messages // 10 // threads * threads
         cpu, nsqd_cpu = own_cpu(), cpu_seconds(nsqd_pid)
         seconds = publish_blocking(address, messages, threads, transport)
         report(f"BlockingProducer.publish, {threads} thread{'s' if threads > 1 else ''}", messages, seconds,

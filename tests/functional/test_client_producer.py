@@ -12,6 +12,7 @@ import pytest
 from harness.processes import FAST_SCAN, NSQDProcess, start_lookupd, start_nsqd, wait_for
 from harness.wire import WireClient
 from nsqclient import NSQError, NSQProtocolError, Producer, TransportError
+from nsqclient.protocol.frames import encode_command, encode_mpub
 
 
 async def test_publish_multi_publish_and_deferred_publish(nsqd: NSQDProcess) -> None:
@@ -45,27 +46,40 @@ async def test_errors_carry_nsqs_code(nsqd: NSQDProcess) -> None:
         await producer.publish("good", b"reconnected after the fatal error")  # a new connection
 
 
-async def test_a_topic_nsqd_would_refuse_is_refused_before_it_is_sent_with_nsqds_answer(nsqd: NSQDProcess) -> None:
+async def nsqds_answer(nsqd: NSQDProcess, command: bytes) -> str:
+    """What nsqd answers ``command`` with, sent on a connection of its own."""
     wire = await WireClient.connect(nsqd.tcp_address)
-    await wire.command(b"PUB", b"bad!", body=b"x")
-    nsqds_answer = (await wire.read_frame()).data.decode()
+    wire.send(command)
+    answer = (await wire.read_frame()).data.decode()
     await wire.close()
+    return answer
+
+
+async def test_a_topic_nsqd_would_refuse_is_refused_before_it_is_sent_with_nsqds_answer(nsqd: NSQDProcess) -> None:
     async with Producer(nsqd.tcp_address_text) as producer:
-        with pytest.raises(NSQProtocolError) as raised:
-            await producer.publish("bad!", b"x")
-        assert str(raised.value) == nsqds_answer == 'E_BAD_TOPIC PUB topic name "bad!" is not valid'
+        for command, publish in ((encode_command(b"PUB", b"bad!", body=b"x"), producer.publish("bad!", b"x")),
+                                 (encode_mpub(b"bad!", [b"x"]), producer.multi_publish("bad!", [b"x"])),
+                                 (encode_command(b"DPUB", b"bad!", b"1000", body=b"x"),
+                                  producer.deferred_publish("bad!", b"x", 1.0))):
+            with pytest.raises(NSQProtocolError) as raised:
+                await publish
+            assert str(raised.value) == await nsqds_answer(nsqd, command)
+            assert raised.value.code == "E_BAD_TOPIC"
         # a space or a newline would split the command: nsqd would read "a b" as topic "a", and the rest as more
         for name in ("a b", "x\nPUB y", "", "z" * 65):
             for publish in (producer.publish(name, b"x"), producer.multi_publish(name, [b"x"]),
                             producer.deferred_publish(name, b"x", 1.0)):
-                with pytest.raises(NSQProtocolError, match="^E_BAD_TOPIC [DM]?PUB topic name"):
+                with pytest.raises(NSQProtocolError, match="^E_BAD_TOPIC (E_BAD_TOPIC )?[DM]?PUB topic name"):
                     await publish
         async with producer.pipeline() as pipeline:
+            await pipeline.publish("good", b"before")
             with pytest.raises(NSQProtocolError, match="^E_BAD_TOPIC PUB topic name"):
                 await pipeline.publish("a b", b"x")
+            await pipeline.publish("good", b"after")  # the pipeline goes on
         await producer.publish("good", b"x")
     stats = json.loads(nsqd.http("GET", "/stats?format=json")[2])
-    assert [topic["topic_name"] for topic in stats["topics"]] == ["good"]  # none of the others reached nsqd
+    # none of the others reached nsqd
+    assert [(topic["topic_name"], topic["message_count"]) for topic in stats["topics"]] == [("good", 3)]
 
 
 async def test_it_reconnects_after_nsqd_restarts(tmp_path: Path) -> None:

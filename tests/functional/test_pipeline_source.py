@@ -184,7 +184,7 @@ def test_batch_reads(spark: SparkSession, nsqd_factory: Callable[..., NSQDProces
     assert min(row.attempts for row in written) >= 2  # every one was peeked first
 
 
-def test_a_batch_read_from_a_cluster_out_of_reach_fails_and_an_idle_channel_reads_empty(
+def test_a_batch_read_from_a_cluster_out_of_reach_fails_and_an_idle_one_reads_empty(
         spark: SparkSession, nsqd_factory: Callable[..., NSQDProcess]) -> None:  # noqa: F811
     from nsqclient import ConnectError
     from nsqspark.batch_reader import drain, read_batch
@@ -206,9 +206,13 @@ def test_a_batch_read_from_a_cluster_out_of_reach_fails_and_an_idle_channel_read
     lookupd = start_lookupd()
     try:
         for where in ({"nsqd_tcp_address": nsqd.tcp_address_text},  # reached, nothing there
-                      {"lookupd_http_address": lookupd.http_address_text}):  # answers, knows no nsqd for the topic
+                      {"lookupd_http_address": lookupd.http_address_text},  # answers, knows no nsqd for the topic
+                      # one address out of reach of two: what the other says counts
+                      {"nsqd_tcp_address": f"{dead_nsqd},{nsqd.tcp_address_text}"},
+                      {"lookupd_http_address": f"{dead_lookupd},{lookupd.http_address_text}"}):
             with read_batch(spark, {**base, **where}) as batch:
                 assert len(batch) == 0
+            assert drain(spark, {**base, **where}, lambda frame: None) == 0
     finally:
         lookupd.stop()
 

@@ -175,7 +175,7 @@ class Consumer:
     @property
     def unreachable(self) -> dict[str, str]:
         """The nsqd and lookupd addresses whose last attempt failed (connecting, or asking lookupd), each with why;
-        an address leaves once it answers."""
+        an address leaves once it answers, and an nsqd found through lookupd once no lookupd lists it."""
         return dict(self._unreachable)
 
     @property
@@ -399,7 +399,12 @@ class Consumer:
                     self._unreachable[lookupd] = "lookupd did not answer"  # lookup_topic logged why
                 else:
                     self._unreachable.pop(lookupd, None)
-            for address in {address for answer in answers if answer for address in answer}:
+            found = {address for answer in answers if answer for address in answer}
+            if any(answer is not None for answer in answers):
+                listed = {*found, *self.nsqd_tcp_addresses, *self.lookupd_http_addresses}
+                for gone in self._unreachable.keys() - listed:
+                    del self._unreachable[gone]
+            for address in found:
                 self._keep(address, reconnect=False)
             jitter = random.uniform(-self.lookupd_poll_jitter, self.lookupd_poll_jitter)
             await asyncio.sleep(self.lookupd_poll_interval * (1 + jitter))

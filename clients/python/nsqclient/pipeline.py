@@ -19,6 +19,9 @@ abandoned may or may not have been.
 
 Publishes are not written on a new connection before the answers of a lost one were collected (and its failure
 raised): what a failure leaves unacknowledged is always the newest ``unanswered`` publishes.
+
+One error is not an earlier publish's: a topic name nsqd would refuse raises ``E_BAD_TOPIC`` from the call that
+names it, before anything is written or waited for, and the pipeline goes on as before.
 """
 
 from __future__ import annotations
@@ -79,20 +82,20 @@ class Pipeline:
 
     async def publish(self, topic: str, body: bytes) -> None:
         """Writes a PUB; raises the failure of an earlier publish instead (see the module's docstring)."""
-        connection = await self._ready()
         command = encode_command(b"PUB", topic_param("PUB", topic), body=body)
+        connection = await self._ready()
         self._sent.append((connection.command(command, self._timeout), topic, body, None))
 
     async def multi_publish(self, topic: str, bodies: list[bytes]) -> None:
         """Writes an MPUB: all of ``bodies`` or none will be taken."""
-        connection = await self._ready()
         command = encode_mpub(topic_param("MPUB", topic), bodies)
+        connection = await self._ready()
         self._sent.append((connection.command(command, self._timeout), topic, bodies, None))
 
     async def deferred_publish(self, topic: str, body: bytes, delay: float) -> None:
         """Writes a DPUB: delivered no sooner than ``delay`` seconds after nsqd takes it."""
-        connection = await self._ready()
         command = encode_command(b"DPUB", topic_param("DPUB", topic), str(round(delay * 1000)).encode(), body=body)
+        connection = await self._ready()
         self._sent.append((connection.command(command, self._timeout), topic, body, delay))
 
     async def flush(self) -> None:
@@ -132,5 +135,6 @@ def topic_param(command: str, topic: str) -> bytes:
     with nsqd's text), before a space or a newline in it could split the command: nsqd would read ``"a b"`` as
     topic ``a``."""
     if not is_valid_topic_name(topic):
-        raise NSQProtocolError("E_BAD_TOPIC", f"{command} topic name {go_quote(topic)} is not valid")
+        repeated = "E_BAD_TOPIC " if command == "MPUB" else ""  # nsqd repeats the code in MPUB's answer
+        raise NSQProtocolError("E_BAD_TOPIC", f"{repeated}{command} topic name {go_quote(topic)} is not valid")
     return topic.encode()

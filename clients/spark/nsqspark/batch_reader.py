@@ -23,8 +23,9 @@ them again after its msg_timeout. Since nsqd sends no more than ``max_in_flight`
 than its ``--max-rdy-count`` per connection), one batch holds at most that many; ``drain`` repeats batches (read,
 ``write(frame)``, FIN) until ``max_messages`` in all or until the channel stays idle for ``idle_timeout``.
 
-All three raise ``nsqclient.ConnectError`` when they end with nothing while no nsqd is connected and an address
-(given, or found through lookupd) or a lookupd failed: a cluster out of reach does not read as an empty channel.
+A read that gets nothing while no nsqd is connected and every address given (nsqd or lookupd) failed raises
+``nsqclient.ConnectError`` naming each (``HoldingConsumer.out_of_reach``): a cluster out of reach does not read as
+an empty channel. ``drain`` raises so only before its first batch: after that, it returns what it wrote.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class NSQBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         with _holding(self._options) as consumer:
-            messages, _ = consumer.collect(self._options.max_messages, self._options.idle_timeout)
+            messages = _collect_some(consumer, self._options.max_messages, self._options.idle_timeout)
             return list(partition_messages(self._options.topic, messages))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -84,7 +85,7 @@ def read_batch(spark: SparkSession, options: Mapping[str, str]) -> Iterator[NSQB
     is given back."""
     parsed = parse_options(options, need_channel=True)
     with _holding(parsed) as consumer:
-        messages, _ = consumer.collect(parsed.max_messages, parsed.idle_timeout)
+        messages = _collect_some(consumer, parsed.max_messages, parsed.idle_timeout)
         yield NSQBatch(_frame(spark, parsed.topic, messages), messages, consumer)
 
 
@@ -98,6 +99,8 @@ def drain(spark: SparkSession, options: Mapping[str, str], write: Callable[[Data
         while not parsed.max_messages or written < parsed.max_messages:
             limit = parsed.max_messages - written if parsed.max_messages else 0
             messages, idle = consumer.collect(limit, parsed.idle_timeout)
+            if not written and not messages and (error := consumer.out_of_reach()) is not None:
+                raise error
             if messages:
                 write(_frame(spark, parsed.topic, messages))
                 consumer.finish(messages)
@@ -105,6 +108,14 @@ def drain(spark: SparkSession, options: Mapping[str, str], write: Callable[[Data
             if idle:
                 break
     return written
+
+
+def _collect_some(consumer: HoldingConsumer, limit: int, idle_timeout: float) -> list[Message]:
+    """What ``consumer.collect`` takes; nothing from a cluster out of reach raises."""
+    messages, _ = consumer.collect(limit, idle_timeout)
+    if not messages and (error := consumer.out_of_reach()) is not None:
+        raise error
+    return messages
 
 
 @contextmanager

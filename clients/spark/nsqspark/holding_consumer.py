@@ -86,10 +86,14 @@ class HoldingConsumer:
     def collect(self, limit: int, idle_timeout: float) -> tuple[list[Message], bool]:
         """Waits until ``limit`` messages (0: no limit) are waiting, or nsqd cannot send more because of what is
         held (the consumer is starved), or ``idle_timeout`` s pass without a message; takes them. The flag says
-        whether it ended idle. Ending idle with nothing, while no nsqd is connected and an address given or found
-        failed, raises ConnectError naming each: otherwise a cluster out of reach would read as an empty
-        channel."""
+        whether it ended idle."""
         return self._call(self._collect(limit, idle_timeout), timeout=None)
+
+    def out_of_reach(self) -> ConnectError | None:
+        """Why nothing can be read, when no nsqd is connected and every address given (nsqd and lookupd) failed its
+        last attempt, naming each address that failed; None otherwise (an attempt not over yet counts as reached).
+        A batch read that got nothing raises it: a cluster out of reach is not an empty channel."""
+        return self._call(self._out_of_reach())
 
     def finish(self, messages: Sequence[Message]) -> None:
         """FIN: nsqd forgets them. Returns once the FINs are queued on their connections."""
@@ -189,19 +193,18 @@ class HoldingConsumer:
             try:
                 await asyncio.wait_for(self._arrival.wait(), idle_timeout)
             except TimeoutError:
-                taken = await self._take(limit or None)
-                if not taken:
-                    self._raise_if_unreachable()
-                return taken, True
+                return await self._take(limit or None), True
         return await self._take(limit or None), False
 
-    def _raise_if_unreachable(self) -> None:
+    async def _out_of_reach(self) -> ConnectError | None:
         if any(consumer.connections for consumer in self._consumers):
-            return
-        unreachable = {address: why for consumer in self._consumers for address, why in consumer.unreachable.items()}
-        if unreachable:
-            raise ConnectError(f"no nsqd reached for {self._options.topic}/{self._options.channel}: "
-                               + "; ".join(f"{address}: {why}" for address, why in sorted(unreachable.items())))
+            return None
+        failed = {address: why for consumer in self._consumers for address, why in consumer.unreachable.items()}
+        given = {*self._options.nsqd_tcp_addresses, *self._options.lookupd_http_addresses}
+        if not given <= failed.keys():
+            return None
+        return ConnectError(f"no nsqd reached for {self._options.topic}/{self._options.channel}: "
+                            + "; ".join(f"{address}: {why}" for address, why in sorted(failed.items())))
 
     async def _respond(self, messages: Sequence[Message], finish: bool) -> None:
         for message in messages:
