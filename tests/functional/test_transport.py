@@ -187,6 +187,27 @@ async def test_client_certificate_required_and_verified(tls_nsqd: Callable[..., 
             await producer.publish("mutual", b"y")
 
 
+async def test_a_certificate_for_another_name_is_checked_against_tls_server_name(
+        nsqd_factory: Callable[..., NSQDProcess], tmp_path: Path) -> None:
+    """nsqd behind a name its address does not carry (a unix socket has none at all): the client checks the
+    certificate against ``tls_server_name``, and refuses it without."""
+    authority = trustme.CA()
+    issued = authority.issue_cert("nsqd.internal.example")
+    ca, cert, key = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    authority.cert_pem.write_to_path(str(ca))
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    nsqd = nsqd_factory(f"--tls-cert={cert}", f"--tls-key={key}", "--https-address=")
+    context = ssl.create_default_context(cafile=str(ca))
+    with pytest.raises(TransportError, match="certificate verify failed"):
+        async with Producer(nsqd.tcp_address_text, tls=context, connect_timeout=3) as producer:
+            await producer.publish("named", b"x")
+    async with Producer(nsqd.tcp_address_text, tls=context, tls_server_name="nsqd.internal.example") as producer:
+        await producer.publish("named", b"x")
+        (publisher,) = json.loads(nsqd.http("GET", "/stats?format=json&topic=named")[2])["producers"]
+        assert transport_of(publisher) == expected({"tls": True})
+
+
 async def test_a_failed_handshake_leaves_nsqd_serving(tls_nsqd: Callable[..., NSQDProcess]) -> None:
     """A client that asks for TLS and then sends garbage instead of a handshake is dropped; others go on."""
     nsqd = tls_nsqd()

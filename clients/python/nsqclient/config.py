@@ -41,8 +41,9 @@ class Config:
     then its region).
 
     The upgrades IDENTIFY negotiates: ``tls`` (an ``ssl.SSLContext``), then ``snappy`` (needs
-    ``nsqclient[snappy]``) or ``deflate`` (with ``deflate_level``). ``auth_secret`` answers an nsqd that requires
-    AUTH.
+    ``nsqclient[snappy]``) or ``deflate`` (with ``deflate_level``). ``tls_server_name`` is the name nsqd's
+    certificate must carry, where it is not the address's host (``localhost`` for a unix socket, which has none).
+    ``auth_secret`` answers an nsqd that requires AUTH.
 
     ``connect_timeout`` (1 s, go-nsq's): seconds to connect and identify, TLS and AUTH included; a consumer's SUB
     and CLS wait as long for nsqd. ``command_timeout`` (60 s, as go-nsq's read timeout): seconds a publish waits
@@ -62,6 +63,7 @@ class Config:
     topology_zone: str | None = None
     topology_region: str | None = None
     tls: ssl.SSLContext | None = None
+    tls_server_name: str | None = None
     snappy: bool = False
     deflate: bool = False
     deflate_level: int | None = None

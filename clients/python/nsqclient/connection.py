@@ -120,7 +120,14 @@ class Connection(asyncio.Protocol):
         if self.server_settings.get("tls_v1"):
             assert config.tls is not None
             tls_ok = self._expect_reply(self._start_compression)
-            transport = await self._loop.start_tls(self.transport, self, config.tls, server_hostname=host)
+            try:
+                transport = await self._loop.start_tls(self.transport, self, config.tls,
+                                                       server_hostname=config.tls_server_name or host)
+            except BaseException:
+                # the OK that would have followed is not awaited any more: the handshake's error is the one raised
+                if not tls_ok.cancel() and not tls_ok.cancelled():
+                    tls_ok.exception()
+                raise
             if transport is None:
                 raise ConnectionClosed("connection closed during the TLS handshake")
             self.transport = transport
