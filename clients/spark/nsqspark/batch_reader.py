@@ -24,7 +24,7 @@ than its ``--max-rdy-count`` per connection), one batch holds at most that many;
 ``write(frame)``, FIN) until ``max_messages`` in all or until the channel stays idle for ``idle_timeout``.
 
 A read that gets nothing while no nsqd is connected and every address given (nsqd or lookupd) failed raises
-``nsqclient.ConnectError`` naming each (``HoldingConsumer.out_of_reach``): a cluster out of reach does not read as
+``nsqclient.ConnectError`` naming each (``HoldingConsumer.check_reach``): a cluster out of reach does not read as
 an empty channel. ``drain`` raises so only before its first batch: after that, it returns what it wrote.
 """
 
@@ -99,8 +99,8 @@ def drain(spark: SparkSession, options: Mapping[str, str], write: Callable[[Data
         while not parsed.max_messages or written < parsed.max_messages:
             limit = parsed.max_messages - written if parsed.max_messages else 0
             messages, idle = consumer.collect(limit, parsed.idle_timeout)
-            if not written and not messages and (error := consumer.out_of_reach()) is not None:
-                raise error
+            if not written and not messages:
+                consumer.check_reach()
             if messages:
                 write(_frame(spark, parsed.topic, messages))
                 consumer.finish(messages)
@@ -113,8 +113,8 @@ def drain(spark: SparkSession, options: Mapping[str, str], write: Callable[[Data
 def _collect_some(consumer: HoldingConsumer, limit: int, idle_timeout: float) -> list[Message]:
     """What ``consumer.collect`` takes; nothing from a cluster out of reach raises."""
     messages, _ = consumer.collect(limit, idle_timeout)
-    if not messages and (error := consumer.out_of_reach()) is not None:
-        raise error
+    if not messages:
+        consumer.check_reach()
     return messages
 
 

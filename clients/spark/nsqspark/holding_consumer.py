@@ -89,11 +89,12 @@ class HoldingConsumer:
         whether it ended idle."""
         return self._call(self._collect(limit, idle_timeout), timeout=None)
 
-    def out_of_reach(self) -> ConnectError | None:
-        """Why nothing can be read, when no nsqd is connected and every address given (nsqd and lookupd) failed its
-        last attempt, naming each address that failed; None otherwise (an attempt not over yet counts as reached).
-        A batch read that got nothing raises it: a cluster out of reach is not an empty channel."""
-        return self._call(self._out_of_reach())
+    def check_reach(self) -> None:
+        """Raises ConnectError, naming each address that failed, when no nsqd is connected and every address given
+        (nsqd and lookupd) failed its last attempt (one not over yet counts as reached). A batch read that got
+        nothing asks: a cluster out of reach is not an empty channel."""
+        if (error := self._call(self._out_of_reach())) is not None:
+            raise error
 
     def finish(self, messages: Sequence[Message]) -> None:
         """FIN: nsqd forgets them. Returns once the FINs are queued on their connections."""
