@@ -22,8 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared.compile
 from shared.compiled import can_compile
 
 # from the socket to a channel and back: protocol V2's parser and session, nsqd's connection, topics, channels,
-# queues (the disk queue and its files too) and clients; the HTTP server nsqd and lookupd share, nsqd's HTTP API;
-# lookupd's protocol, registrations and API (its parser shares the V2 parser's base class, and a compiled class
+# queues (the disk queue and its files too), their recorders and clients; the HTTP server nsqd and lookupd share,
+# nsqd's HTTP API; lookupd's protocol, registrations and API (its parser shares the V2 parser's base class, and a compiled class
 # cannot have interpreted subclasses); replication's records, on both sides of a link
 COMPILED = [
     "shared/protocol/commands.py",
@@ -39,6 +39,7 @@ COMPILED = [
     "services/nsqd/message_queue.py",
     "services/nsqd/protocol_v2.py",
     "services/nsqd/topic.py",
+    "services/nsqd/recorder.py",
     "services/nsqd/deferred_store.py",
     "services/nsqd/disk_queue.py",
     "services/nsqd/disk_queue_meta.py",
@@ -50,6 +51,7 @@ COMPILED = [
     "services/nsqd/replication/mirror_store.py",
     "services/nsqd/replication/mirror_server.py",
     "services/nsqd/replication/origin.py",
+    "services/nsqd/replication/records.py",
     "shared/http_conventions.py",
     "shared/http_router.py",
     "shared/http_server.py",

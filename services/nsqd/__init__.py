@@ -10,7 +10,7 @@ The path of a message, module by module:
 - ``Topic.publish`` gives the message an ID and makes it a ``QueuedMessage`` tuple (id, body, timestamp,
   attempts 0; read by the named positions ``message.ID``, ``BODY``, ...). With channels, ``Topic._distribute``
   hands that one tuple to every ``Channel.publish``; without (or paused) ``Topic._hold`` keeps it in the topic's
-  queue until a channel exists, and ``Topic._pump_backlog`` then hands it over (``Channel.put_new``,
+  queue until a channel exists, and ``Topic._pump_backlog`` then hands it over (``Channel.put_held``,
   ``Channel.put_from_disk``).
 - ``Channel.publish`` gives it to its ``MessageQueue`` (``accept``) with ``Channel._deliver_now`` as the consumers'
   share: a memory-first queue lets a consumer with room take it at once (``Channel._deliver``: an

@@ -19,7 +19,8 @@ in the channel's dead-letter queue instead (as is an expired one), a message que
 until it is replayed or emptied.
 
 The channel sees its consumers only as ``Consumer``: their window, the frames they are sent, and what became of
-their messages. A consumer tells the channel when it gains room (``update_ready``).
+their messages. A consumer tells the channel when it gains room (``update_ready``). What becomes of the channel's
+messages is told to its recorder (recorder.py), which storage chose for it.
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ from . import topology
 from .deadline_queue import DeadlineQueue
 from .latency_window import LatencyWindow
 from .message import ATTEMPTS, BODY, ID, TIMESTAMP, InFlightMessage, QueuedMessage, decode
-from .replication.wire import dead_letters_of
+from .recorder import Outstanding
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from .options import Options
-    from .replication.origin import Origin
+    from .recorder import ChannelRecorder
     from .storage import Storage
 
 
@@ -78,7 +81,7 @@ class ChannelError(Exception):
 
 
 class Channel:
-    def __init__(self, topic_name: str, name: str, opts: Options, storage: Storage,
+    def __init__(self, topic_name: str, name: str, opts: Options, storage: Storage, recorder: ChannelRecorder,
                  on_last_client_gone: Callable[[Channel], None]) -> None:
         self.topic_name = topic_name
         self.name = name
@@ -108,7 +111,7 @@ class Channel:
         self._topology_aware = topology.enabled(opts)
         self._opts = opts
         self._on_last_client_gone = on_last_client_gone
-        self.origin: Origin | None = None  # where finishes are recorded for mirrors (set by the topic)
+        self.recorder = recorder
         self.queue.report_drops(self._dropped)
         self.dead_letters.report_drops(self._dead_letters_dropped)
         self.e2e: LatencyWindow | None = None
@@ -133,12 +136,10 @@ class Channel:
 
     def _dropped(self, ids: list[bytes]) -> None:
         """The cap dropped the oldest (drop-oldest): done with, as a finish is."""
-        if self.origin is not None:
-            self.origin.finished(self.topic_name, self.name, ids)
+        self.recorder.finished(ids)
 
     def _dead_letters_dropped(self, ids: list[bytes]) -> None:
-        if self.origin is not None:
-            self.origin.finished(self.topic_name, dead_letters_of(self.name), ids)
+        self.recorder.dead_letters_dropped(ids)
 
     # -- messages in ---------------------------------------------------------------------------------------
 
@@ -152,10 +153,10 @@ class Channel:
 
     def publish_deferred(self, entry: QueuedMessage, delay: float, now: float) -> None:
         """A DPUB's copy, not acknowledged yet, delivered once ``delay`` is over; OSError if the disk refuses it."""
-        self.queue.defer_new(entry, now + delay)
+        self.queue.defer_published(entry, now + delay)
         self.message_count += 1
 
-    def put_new(self, entries: list[QueuedMessage]) -> None:
+    def put_held(self, entries: list[QueuedMessage]) -> None:
         """Messages the topic held (acknowledged already): delivered, or queued."""
         self.message_count += len(entries)
         self._put_all(entries)
@@ -170,11 +171,27 @@ class Channel:
         or memory can hold is decoded; the rest goes to this channel's disk queue as it is, never decoded."""
         room = self.queue.room + self.room_in_clients()
         if room:
-            self.put_new([decode(record, 4) for record in records[:room]])
+            self.put_held([decode(record, 4) for record in records[:room]])
         if len(records) > room:
             self.message_count += len(records) - room
             self.queue.put_records(records[room:])
             self._drain()
+
+    def add(self, entries: list[QueuedMessage], defer_ms: int) -> Awaitable[None] | None:
+        """Messages nsqd puts into the channel itself (taken over from a lost nsqd, put back from history): queued,
+        or deferred ``defer_ms``; what their acknowledgement waits for, if anything (the recorder's)."""
+        if defer_ms:
+            now = time.monotonic()
+            for entry in entries:
+                self.put_deferred(entry, defer_ms / 1000, now)
+        else:
+            self.put_held(entries)
+        return self.recorder.added(entries, defer_ms)
+
+    def add_dead_letters(self, entries: list[QueuedMessage]) -> Awaitable[None] | None:
+        """Dead letters nsqd puts there itself (taken over from a lost nsqd)."""
+        self.dead_letters.put(entries)
+        return self.recorder.dead_letters_added(entries)
 
     def put(self, entry: QueuedMessage) -> None:
         """A message accepted earlier (requeued, timed out, due): delivered, or queued."""
@@ -234,8 +251,7 @@ class Channel:
     def _deliver(self, consumer: Consumer, entry: QueuedMessage, now: float) -> None:
         if consumer.sample_rate and _percentile() > consumer.sample_rate:
             self.queue.release(entry[ID])
-            if self.origin is not None:
-                self.origin.finished(self.topic_name, self.name, [entry[ID]])
+            self.recorder.finished([entry[ID]])
             return  # NSQ's sampling: the message is gone for the whole channel
         if (self.ttl_ns or self.max_attempts) and not self._deliverable([entry]):
             return
@@ -268,16 +284,15 @@ class Channel:
                 elif expired:
                     self.queue.release(entry[ID])
                     dropped.append(entry[ID])
-            if self.origin is not None and dropped:
-                self.origin.finished(self.topic_name, self.name, dropped)
+            if dropped:
+                self.recorder.finished(dropped)
         return kept
 
     def _park(self, entry: QueuedMessage) -> None:
         self.dead_letter_count += 1
         self.dead_letters.put([entry])
         self.queue.release(entry[ID])  # safe in the dead-letter queue now
-        if self.origin is not None:
-            self.origin.parked(self.topic_name, self.name, [entry])
+        self.recorder.parked([entry])
 
     def set_max_attempts(self, attempts: int | None) -> None:
         """The channel's own attempts limit (0: none), or None for ``--max-attempts``."""
@@ -294,15 +309,13 @@ class Channel:
                 msg_id, body, timestamp, _ = dead.memory.popleft()
                 replayed.append((msg_id, body, timestamp, 0))
                 moved += 1
-            if self.origin is not None:
-                self.origin.replayed(self.topic_name, self.name, replayed)
+            self.recorder.replayed(replayed)
             self._put_all(replayed)
         return moved
 
     def empty_dead_letters(self) -> None:
         self.dead_letters.empty()
-        if self.origin is not None:
-            self.origin.channel_dropped(self.topic_name, dead_letters_of(self.name))
+        self.recorder.dead_letters_emptied()
 
     def room_in_clients(self) -> int:
         """How many messages the consumers with room would take right now."""
@@ -400,33 +413,27 @@ class Channel:
         """A run of FINs: each message the consumer owns is done; ``refuse(id, reason)`` is told of each other one,
         in order."""
         in_flight, release, e2e = self.in_flight, self.queue.release, self.e2e
-        done = 0
-        finished: list[bytes] | None = None if self.origin is None else []  # for the mirrors
+        refused: list[bytes] = []
         for msg_id in msg_ids:
             msg = in_flight.get(msg_id)
             if msg is None or msg.client is not consumer:
                 refuse(msg_id, "ID not in flight" if msg is None else "client does not own message")
+                refused.append(msg_id)
                 continue
             in_flight.pop(msg_id)
             release(msg_id)
-            done += 1
-            if finished is not None:
-                finished.append(msg_id)
             if e2e is not None:
                 e2e.add(time.time_ns() - msg.timestamp, time.monotonic())
-        if done:
-            consumer.finished(done)
-            if self.origin is not None and finished:
-                self.origin.finished(self.topic_name, self.name, finished)
+        if len(refused) < len(msg_ids):
+            consumer.finished(len(msg_ids) - len(refused))
+            self.recorder.finished(_without(msg_ids, refused) if refused else msg_ids)
 
     def requeue(self, consumer: Consumer, msg_id: bytes, delay: float) -> None:
         msg = self._owned(consumer, msg_id)
         self.in_flight.pop(msg_id)
         consumer.requeued()
         self.requeue_count += 1
-        if self.origin is not None:
-            self.origin.requeued(self.topic_name, self.name, msg.entry(),
-                                 time.time_ns() + int(delay * 1e9) if delay > 0 else 0)
+        self.recorder.requeued(msg.entry(), time.time_ns() + int(delay * 1e9) if delay > 0 else 0)
         if delay > 0:
             self.queue.defer(msg.entry(), time.monotonic() + delay)
         else:
@@ -445,8 +452,7 @@ class Channel:
         expired = self.in_flight.pop_expired(now)
         for msg in expired:
             self.timeout_count += 1
-            if self.origin is not None:  # its attempts so far, for the mirrors
-                self.origin.requeued(self.topic_name, self.name, msg.entry(), 0)
+            self.recorder.requeued(msg.entry(), 0)  # its attempts so far
             self.put(msg.entry())
             msg.client.timed_out()
         for consumer in {msg.client: None for msg in expired}:
@@ -473,8 +479,7 @@ class Channel:
         """Drop every queued, in-flight and deferred message, as NSQ's /channel/empty does."""
         self.queue.empty()
         self.in_flight.clear()
-        if self.origin is not None:
-            self.origin.channel_dropped(self.topic_name, self.name)
+        self.recorder.emptied()
         for consumer in list(self.clients.values()):
             consumer.emptied()
             self.update_ready(consumer)
@@ -482,9 +487,17 @@ class Channel:
     def delete(self) -> None:
         """Closes the consumers and removes every message and file."""
         self.close_clients()
-        self.empty()
+        self.in_flight.clear()
         self.queue.delete()
         self.dead_letters.delete()
+        self.recorder.deleted()
+
+    def outstanding(self) -> Outstanding:
+        """Every message the channel has: queued, in flight, deferred, dead letters. What memory holds is read now,
+        on the event loop; the disk queues by the jobs, on any thread."""
+        queue, dead = self.queue, self.dead_letters
+        in_flight, peek = [msg.entry() for msg in self.in_flight.values()], queue.peek_job(len(queue))
+        return Outstanding(lambda: peek() + in_flight, queue.deferred.delayed(), dead.peek_job(len(dead)))
 
     def flush_to_disk(self) -> None:
         """At exit: every message still in memory or in flight goes to the disk queue (redelivered after a
@@ -502,6 +515,17 @@ class Channel:
 
 # a message frame's bytes besides the body: size, frame type, timestamp, attempts, ID
 _FRAME_OVERHEAD = 4 + 4 + 8 + 2 + 16
+
+
+def _without(ids: list[bytes], refused: list[bytes]) -> list[bytes]:
+    """``ids`` less the first occurrence of each of ``refused``, which are among them in the same order."""
+    kept, at = [], 0
+    for msg_id in ids:
+        if at < len(refused) and msg_id == refused[at]:
+            at += 1
+        else:
+            kept.append(msg_id)
+    return kept
 
 
 def _percentile() -> int:

@@ -37,8 +37,7 @@ from shared.protocol.session_v2 import (
 
 from . import auth, identify, upgrade
 from .channel import ChannelError
-from .replication.origin import ReplicationError
-from .topic import Topic, TopicError
+from .topic import ReplicationError, Topic, TopicError
 
 if TYPE_CHECKING:
     from shared.auth_reply import AuthState

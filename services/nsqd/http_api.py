@@ -27,8 +27,7 @@ from shared.protocol.errors import FatalClientError
 from shared.runtime_config import address_list, option_value, set_log_level
 
 from .message import QueuedMessage
-from .replication.origin import ReplicationError
-from .topic import Topic, TopicError, TopicFull
+from .topic import ReplicationError, Topic, TopicError, TopicFull
 
 if TYPE_CHECKING:
     from .message_queue import MessageQueue

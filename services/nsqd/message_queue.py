@@ -15,7 +15,7 @@ which they have:
 ``depth`` (``len``) counts memory and backend. ``peek_job`` shows the messages in the order they would be handed
 out (memory, then the backend) without taking any: nothing it reads is counted, moved or released.
 
-Messages are either new (``accept``, ``defer_new``: a publish, not acknowledged yet) or accepted earlier (``put``,
+Messages are either new (``accept``, ``defer_published``: a publish, not acknowledged yet) or accepted earlier (``put``,
 ``defer``). A write the disk refuses is reported to nsqd's health: a new message is then refused (OSError, none of
 them kept: the publish fails), one accepted earlier stays in memory (nothing accepted is dropped). A write that
 succeeds reports health restored. A write the queue's cap (``--max-bytes-per-queue``) refuses raises ``QueueFull``
@@ -127,13 +127,13 @@ class MessageQueue:
         if self._health.error is not None:
             self._health.write_succeeded()
 
-    def defer(self, entry: QueuedMessage, deadline: float) -> None:
-        """A message accepted earlier, deferred until ``deadline``."""
-        self.deferred.add(entry, deadline)
+    def defer(self, entry: QueuedMessage, when: float) -> None:
+        """A message accepted earlier, deferred: ``when`` is a channel's due time, a topic's delay (deferred_store)."""
+        self.deferred.add(entry, when)
 
-    def defer_new(self, entry: QueuedMessage, deadline: float) -> None:
-        """A new message, deferred until ``deadline``; OSError if the disk refuses it."""
-        self.deferred.add_new(entry, deadline)
+    def defer_published(self, entry: QueuedMessage, when: float) -> None:
+        """A publish not acknowledged yet, deferred as ``defer`` defers; OSError if the disk refuses it."""
+        self.deferred.add_new(entry, when)
 
     def release(self, msg_id: bytes) -> None:
         """The message is finished (or safe elsewhere): its disk copy need not survive a crash any more."""
@@ -241,8 +241,8 @@ class DiskThroughQueue(MessageQueue):
             release(entry[ID])
         return len(entries)
 
-    def defer(self, entry: QueuedMessage, deadline: float) -> None:
-        if self.deferred.add(entry, deadline):
+    def defer(self, entry: QueuedMessage, when: float) -> None:
+        if self.deferred.add(entry, when):
             self._backend.release(entry[ID])  # a requeued message: safe in its deferred copy
 
     def release(self, msg_id: bytes) -> None:

@@ -47,8 +47,8 @@ class NSQDCollector:
         dead_letters = counter("nsq_channel_dead_letters", "Messages parked in the dead-letter queue", channel_labels)
         dead_letter_depth = gauge("nsq_channel_dead_letter_depth", "Messages in the dead-letter queue",
                                   channel_labels)
-        if self._nsqd.opts.etcd_addresses:
-            yield from _replication(self._nsqd, gauge, counter)
+        if self._nsqd.replication is not None:
+            yield from _replication(self._nsqd.replication.stats(), gauge, counter)
         for topic in list(self._nsqd.topics.values()):
             topic_depth.add_metric([topic.name], topic.depth)
             topic_messages.add_metric([topic.name], topic.message_count)
@@ -78,36 +78,39 @@ class NSQDCollector:
                     connections, healthy)
 
 
-def _replication(nsqd: NSQD, gauge: Any, counter: Any) -> Iterator[Metric]:
-    """Beyond NSQ, with --etcd-address: this nsqd as an origin (its mirrors) and as a mirror (of which origins)."""
-    origin, membership, adoption = nsqd.origin, nsqd.membership, nsqd.adoption
-    epoch = gauge("nsq_replication_epoch", "This nsqd's registration in etcd (0: not registered)", [])
-    epoch.add_metric([], origin.epoch if origin else (membership.epoch if membership else 0))
-    leases_lost = counter("nsq_replication_leases_lost", "Times this nsqd found its lease in etcd ended", [])
-    leases_lost.add_metric([], membership.leases_lost if membership else 0)
-    records = gauge("nsq_replication_records", "Records sent to the mirrors in this epoch", [])
-    records.add_metric([], origin.sequence if origin else 0)
-    refused = counter("nsq_replication_refused_publishes", "Publishes refused for want of copies", [])
-    refused.add_metric([], origin.refused if origin else 0)
-    fenced = gauge("nsq_replication_fenced", "1 if another nsqd took this one's place in this epoch", [])
-    fenced.add_metric([], int(origin.fenced) if origin else 0)
-    recorded = gauge("nsq_replication_in_sync_recorded", "Mirrors recorded in sync in etcd", [])
-    recorded.add_metric([], len(origin.recorded) if origin else 0)
+def _replication(stats: dict[str, Any], gauge: Any, counter: Any) -> Iterator[Metric]:
+    """Beyond NSQ, with --etcd-address: this nsqd as an origin (its mirrors) and as a mirror (of which origins),
+    from replication's own stats (its /stats block)."""
+    def single(kind: Any, name: str, documentation: str, value: float) -> Any:
+        metric = kind(name, documentation, [])
+        metric.add_metric([], value)
+        return metric
+
+    yield single(gauge, "nsq_replication_epoch", "This nsqd's registration in etcd (0: not registered)",
+                 stats["epoch"])
+    yield single(counter, "nsq_replication_leases_lost", "Times this nsqd found its lease in etcd ended",
+                 stats["leases_lost"])
+    yield single(gauge, "nsq_replication_records", "Records sent to the mirrors in this epoch", stats["records"])
+    yield single(counter, "nsq_replication_refused_publishes", "Publishes refused for want of copies",
+                 stats["refused_publishes"])
+    yield single(gauge, "nsq_replication_fenced", "1 if another nsqd took this one's place in this epoch",
+                 int(stats["fenced"]))
+    yield single(gauge, "nsq_replication_in_sync_recorded", "Mirrors recorded in sync in etcd",
+                 len(stats["in_sync_recorded"]))
     in_sync = gauge("nsq_replication_mirror_in_sync", "1 if the mirror holds every record sent", ["mirror"])
     connected = gauge("nsq_replication_mirror_connected", "1 if the link to the mirror is up", ["mirror"])
     lag = gauge("nsq_replication_mirror_lag", "Records sent and not yet acknowledged by the mirror", ["mirror"])
-    for link in list(origin.links.values()) if origin else []:
-        in_sync.add_metric([link.mirror], int(link.in_sync))
-        connected.add_metric([link.mirror], int(link.connected))
-        lag.add_metric([link.mirror], origin.sequence - link.acked if origin else 0)
+    for link in stats["mirrors"]:
+        in_sync.add_metric([link["node"]], int(link["in_sync"]))
+        connected.add_metric([link["node"]], int(link["connected"]))
+        lag.add_metric([link["node"]], link["lag"])
     mirrored = gauge("nsq_replication_mirrored_depth", "Messages held for an origin", ["origin"])
     applied = gauge("nsq_replication_mirrored_records", "Records of an origin applied here", ["origin"])
-    for store in list(nsqd.mirror_stores.values()):
-        mirrored.add_metric([store.origin], store.depth)
-        applied.add_metric([store.origin], store.applied)
-    adopted = counter("nsq_replication_adopted_origins", "Lost nsqd whose messages this one took over", [])
-    adopted.add_metric([], adoption.adopted if adoption else 0)
-    adopted_messages = counter("nsq_replication_adopted_messages", "Messages taken over from lost nsqd", [])
-    adopted_messages.add_metric([], adoption.adopted_messages if adoption else 0)
-    yield from (epoch, leases_lost, records, refused, fenced, recorded, in_sync, connected, lag, mirrored, applied,
-                adopted, adopted_messages)
+    for store in stats["mirroring"]:
+        mirrored.add_metric([store["origin"]], store["depth"])
+        applied.add_metric([store["origin"]], store["applied"])
+    yield from (in_sync, connected, lag, mirrored, applied)
+    yield single(counter, "nsq_replication_adopted_origins", "Lost nsqd whose messages this one took over",
+                 stats["adopted_origins"])
+    yield single(counter, "nsq_replication_adopted_messages", "Messages taken over from lost nsqd",
+                 stats["adopted_messages"])

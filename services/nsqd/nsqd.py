@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
-import json
 import logging
 import os
-import shutil
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +30,6 @@ from .channel import Channel
 from .client import Client, EndOfTurnFlush
 from .http_api import build_router, tls_required
 from .lookup_peer import LookupPeer, channels_in_cluster, registrations
-from .message import ATTEMPTS, BODY, TIMESTAMP
 from .metadata import DataPathLock
 from .options import Options
 from .protocol_v2 import ConnectionV2, ListenerContext
@@ -46,23 +43,15 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
 
     from .auth_client import AuthClient
-    from .message import QueuedMessage
     from .metrics import NSQDCollector
     from .node_id_check import NodeIdCheck
-    from .replication.adoption import Adoption
-    from .replication.membership import Membership
-    from .replication.mirror_server import MirrorLinkServer
-    from .replication.mirror_store import MirrorStore
-    from .replication.origin import Origin
-    from .replication.placement import ClusterNodes, Nodes
-    from .replication.wire import Publish
+    from .recorder import Recording
+    from .replication.node import Replication
 
 log = logging.getLogger("nsqd")
 
 METADATA_RETRY = 1.0  # seconds between attempts to write nsqd.dat while the disk refuses it
 NODE_ID_CHECK_DELAY = 0.5  # seconds after the first lookupd is known: its registrations are out by then
-ADOPT_CHUNK = 10_000  # messages taken over at a time
-MIRRORS_DIRECTORY = "mirrors"  # under --data-path: the copies this nsqd holds of other nsqd's messages
 
 
 class NSQD:
@@ -104,16 +93,7 @@ class NSQD:
         self._metadata_changed = asyncio.Event()
         self._metadata_write = asyncio.Lock()
         self._metadata_task: asyncio.Task[None] | None = None
-        self.membership: Membership | None = None  # with --etcd-address
-        self._membership_start: asyncio.Task[None] | None = None
-        self.cluster_nodes: ClusterNodes | None = None  # with --etcd-address
-        self.adoption: Adoption | None = None  # takes over the origins this nsqd mirrors when they are lost
-        self.origin: Origin | None = None  # this nsqd's records for its mirrors (--replication-factor above 1)
-        self.mirror_stores: dict[str, MirrorStore] = {}  # what this nsqd mirrors, by origin
-        self._replication_server: asyncio.AbstractServer | None = None
-        self.replication_address: tuple[str, int] = ("", 0)
-        self._origin_changes: set[asyncio.Task[None]] = set()
-        self._mirror_links: set[MirrorLinkServer] = set()
+        self.replication: Replication | None = None  # with --etcd-address
         self._statsd: StatsdPusher | None = None  # with --statsd-address
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -166,7 +146,8 @@ class NSQD:
             connection.close()
         for peer in self.lookup_peers.values():
             await peer.stop()
-        await self._stop_replication()
+        if self.replication is not None:
+            await self.replication.stop()
         if self._statsd is not None:
             await self._statsd.stop()
         if self._node_id_check_start is not None:
@@ -231,7 +212,6 @@ class NSQD:
         topic = self.topics.get(name)
         if topic is None:
             topic = Topic(name, self.opts, self.storage, self._channels_changed)
-            topic.set_origin(self.origin)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
             if any(peer.http_address for peer in self.lookup_peers.values()) and not topic.ephemeral:
@@ -309,21 +289,21 @@ class NSQD:
         from .node_id_check import NodeIdCheck
 
         cluster = ClusterInfo.open(self.opts.http_client_connect_timeout, self.opts.http_client_request_timeout)
-        self._node_id_check = NodeIdCheck(self.opts.node_id, self._broadcast_tcp_address, self._identified_lookupds,
+        self._node_id_check = NodeIdCheck(self.opts.node_id, self.broadcast_tcp_address, self._identified_lookupds,
                                           cluster)
         self._node_id_check.start()
         self._node_id_check.due()
 
-    def _broadcast_tcp_port(self) -> int:
+    def broadcast_tcp_port(self) -> int:
         # 0 on a unix socket (bound port -1), as NSQ registers then
         return self.opts.broadcast_tcp_port or max(0, self.tcp_address[1])
 
-    def _broadcast_http_port(self) -> int:
+    def broadcast_http_port(self) -> int:
         return self.opts.broadcast_http_port or max(0, self.http_address[1])
 
-    def _broadcast_tcp_address(self) -> str:
+    def broadcast_tcp_address(self) -> str:
         """This nsqd as lookupds list it."""
-        return join_host_port(self.opts.broadcast_address, self._broadcast_tcp_port())
+        return join_host_port(self.opts.broadcast_address, self.broadcast_tcp_port())
 
     def _identified_lookupds(self) -> list[str]:
         return [peer.http_address for peer in self.lookup_peers.values() if peer.http_address]
@@ -331,8 +311,8 @@ class NSQD:
     def _lookupd_identity(self) -> dict[str, object]:
         opts = self.opts
         identity: dict[str, object] = {
-            "version": VERSION, "tcp_port": self._broadcast_tcp_port(),
-            "http_port": self._broadcast_http_port(), "hostname": self.hostname,
+            "version": VERSION, "tcp_port": self.broadcast_tcp_port(),
+            "http_port": self.broadcast_http_port(), "hostname": self.hostname,
             "broadcast_address": opts.broadcast_address, "topology_zone": opts.topology_zone,
             "topology_region": opts.topology_region}
         if opts.external_broadcast_address:
@@ -350,7 +330,7 @@ class NSQD:
     def _start_statsd(self) -> None:
         opts = self.opts
         prefix = expand_prefix(opts.statsd_prefix, opts.broadcast_address,
-                               self._broadcast_http_port())
+                               self.broadcast_http_port())
         self._statsd = StatsdPusher(opts.statsd_address, opts.statsd_interval, opts.statsd_udp_packet_size,
                                     prefix, opts.statsd_exclude_ephemeral,
                                     lambda: collect(self, None, None, False, opts.statsd_mem_stats))
@@ -359,184 +339,17 @@ class NSQD:
     # -- replication -----------------------------------------------------------------------------------------
 
     async def _start_replication(self) -> None:
-        """Listens for origins that mirror their queues here, makes this nsqd an origin (at a factor above 1), and
-        registers it in etcd, whose client (aiohttp's) is imported on a thread, so that serving goes on meanwhile."""
-        from .replication.mirror_server import MirrorLinkServer
-        from .replication.origin import Origin
+        """The one place nsqd loads replication (only with --etcd-address)."""
+        from .replication.node import Replication
 
-        stores, links, directory = self.mirror_stores, self._mirror_links, self.data_path / MIRRORS_DIRECTORY
-        shutil.rmtree(directory, ignore_errors=True)  # an earlier process's copies: the origins send them again
-        self._replication_server, self.replication_address = await listen_tcp(
-            self.opts.replication_address, lambda: MirrorLinkServer(stores, links, directory), log,
-            label="REPLICATION")
-        if self.opts.replication_factor > 1:
-            self.origin = Origin(self._broadcast_tcp_address(), 0, self.opts.min_in_sync,
-                                 self.opts.replication_timeout)
-            self.origin.outstanding = self._outstanding
-            for topic in self.topics.values():
-                topic.set_origin(self.origin)
-        self._membership_start = asyncio.create_task(self._join_cluster(), name="etcd-membership-start")
+        self.replication = Replication(self)
+        await self.replication.start()
 
-    async def _join_cluster(self) -> None:
-        await asyncio.to_thread(_import_etcd_client)
-        from shared.etcd.client import Etcd
-
-        from .replication.adoption import Adoption, taken_over
-        from .replication.membership import Membership
-        from .replication.placement import ClusterNodes
-
-        etcd = Etcd(self.opts.etcd_addresses, timeout=self.opts.http_client_request_timeout)
-        node = self._broadcast_tcp_address()
-        self.membership = Membership(etcd, node, self._membership_info, self.opts.replication_liveness_timeout,
-                                     self._registered, lambda: taken_over(etcd, node))
-        if self.origin is not None:
-            from .replication.in_sync import InSyncRecord
-
-            membership = self.membership
-            self.origin.record_in_sync = InSyncRecord(etcd, self.origin.node).write
-            # surely alive: registered, and the lease renewed within its time to live (counted from before asking)
-            self.origin.lease_holds = lambda: membership.epoch == 0 or time.monotonic() < membership.alive_until
-        self.adoption = Adoption(etcd, node, self.mirror_stores, self._adopt)
-        self.cluster_nodes = ClusterNodes(etcd, self._nodes_changed)
-        self.cluster_nodes.start()
-        self.membership.start()
-
-    def _membership_info(self) -> dict[str, object]:
-        return {"node": self._broadcast_tcp_address(), "node_id": self.opts.node_id, "hostname": self.hostname,
-                "broadcast_address": self.opts.broadcast_address, "tcp_port": self._broadcast_tcp_port(),
-                "http_port": self._broadcast_http_port(), "version": VERSION,
-                "replication_address": join_host_port(self.opts.broadcast_address, self.replication_address[1])}
-
-    def _registered(self, epoch: int) -> None:
-        """A new epoch: the links to the mirrors start over under it."""
-        if self.origin is not None:
-            self._change_origin(self._restart_origin(epoch))
-
-    async def _restart_origin(self, epoch: int) -> None:
-        assert self.origin is not None and self.membership is not None
-        from .replication.in_sync import MIRRORS
-
-        try:
-            record = await self.membership.etcd.get(MIRRORS + self.origin.node)
-        except Exception as error:  # EtcdError: the record is read again at the next registration
-            log.warning("REPLICATION: reading %s: %s", MIRRORS + self.origin.node, error)
-            record = None
-        if record is not None:
-            previous = json.loads(record.value)
-            # only once the adoption is done: a claimant stopped half-way may not have the messages
-            if previous.get("adopted") and previous.get("epoch", 0) < epoch:
-                self._start_clean(str(previous["adopted_by"]), int(previous["epoch"]))
-        await self.origin.restart(epoch)
-        if self.cluster_nodes is not None:
-            self._nodes_changed(self.cluster_nodes.nodes)
-
-    def _outstanding(self) -> Callable[[], list[Publish]]:
-        """Every message this nsqd has outstanding (held by a topic, queued, in flight or deferred in a channel, a
-        dead letter), for a mirror's snapshot: what memory holds is copied now, on the event loop; the disk queues
-        are read, and the publishes made, by the job returned, on whatever thread runs it."""
-        from .replication.wire import dead_letters_of
-
-        jobs: list[Callable[[], list[Publish]]] = []
+    def record_with(self, recording: Recording) -> None:
+        """Every queue that is not ephemeral, now and to come, is recorded by ``recording`` too."""
+        self.storage.record_with(recording)
         for topic in self.topics.values():
-            if topic.ephemeral:
-                continue
-            queue = topic.queue
-            jobs.append(_snapshot_job(topic.name, (), queue.peek_job(len(queue)), [], queue.deferred.delayed()))
-            for channel in topic.channels.values():
-                if channel.ephemeral:
-                    continue
-                queue, dead = channel.queue, channel.dead_letters
-                in_flight = [message.entry() for message in channel.in_flight.values()]
-                jobs.append(_snapshot_job(topic.name, (channel.name,), queue.peek_job(len(queue)), in_flight,
-                                          queue.deferred.delayed()))
-                jobs.append(_snapshot_job(topic.name, (dead_letters_of(channel.name),), dead.peek_job(len(dead)),
-                                          [], []))
-        return lambda: [part for job in jobs for part in job()]
-
-    def _start_clean(self, adopted_by: str, epoch: int) -> None:
-        """Another nsqd took over this one's messages of an earlier epoch: they are its now, and dropped here."""
-        log.warning("REPLICATION: %s took over this nsqd's messages of epoch %d: dropping them here", adopted_by,
-                    epoch)
-        for topic in self.topics.values():
-            if topic.ephemeral:
-                continue
-            for channel in topic.channels.values():
-                if not channel.ephemeral:
-                    channel.empty()
-            topic.empty()
-
-    async def _adopt(self, store: MirrorStore) -> int:
-        """A lost origin's outstanding messages into this nsqd's topics and channels; done once this nsqd's own
-        mirrors hold them (those that could not have enough copies are kept here all the same). Read from the copy's
-        files and put into the queues ``ADOPT_CHUNK`` at a time, so that a deep backlog is never all in memory, nor
-        holds up the event loop (the copy is fenced: nothing changes it meanwhile)."""
-        now, count = time.time_ns(), 0
-        waits: list[Awaitable[None]] = []
-        groups: dict[tuple[str, str | None, int], list[QueuedMessage]] = {}
-        for topic_name, channel_name, message, due in store.outstanding():
-            defer_ms = max(0, (due - now) // 1_000_000) if due else 0
-            groups.setdefault((topic_name, channel_name, defer_ms), []).append(message)
-            count += 1
-            if count % ADOPT_CHUNK == 0:
-                self._take_adopted(groups, waits)
-                await asyncio.sleep(0)
-        self._take_adopted(groups, waits)
-        for result in await asyncio.gather(*waits, return_exceptions=True):
-            if isinstance(result, Exception):
-                log.warning("REPLICATION: adopted messages of %s without all their copies: %s", store.origin, result)
-        return count
-
-    def _take_adopted(self, groups: dict[tuple[str, str | None, int], list[QueuedMessage]],
-                      waits: list[Awaitable[None]]) -> None:
-        """``groups`` into their topics and channels, under new IDs (emptied)."""
-        for (topic_name, channel_name, defer_ms), messages in groups.items():
-            topic = self.get_topic(topic_name)
-            entries = [(msg_id, message[BODY], message[TIMESTAMP], message[ATTEMPTS])
-                       for msg_id, message in zip(topic.new_ids(len(messages)), messages)]
-            waiting = topic.take_adopted(channel_name, entries, defer_ms)
-            if waiting is not None:
-                waits.append(waiting)
-        groups.clear()
-
-    def _nodes_changed(self, nodes: Nodes) -> None:
-        from .replication.placement import choose_mirrors
-
-        if self.adoption is not None:
-            self.adoption.nodes_changed(nodes)
-        if self.origin is None or not self.origin.epoch:
-            return  # not registered yet: the links start with the epoch
-        mirrors = choose_mirrors(self.origin.node, nodes, self.opts.replication_factor - 1)
-        for closing in self.origin.set_mirrors(mirrors):
-            self._change_origin(closing)
-
-    def _change_origin(self, change: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(change)
-        self._origin_changes.add(task)
-        task.add_done_callback(self._origin_changes.discard)
-
-    async def _stop_replication(self) -> None:
-        if self._membership_start is not None:
-            self._membership_start.cancel()
-            await asyncio.wait({self._membership_start})
-        for task in list(self._origin_changes):
-            await asyncio.wait({task})
-        if self.cluster_nodes is not None:
-            await self.cluster_nodes.stop()
-        if self.adoption is not None:
-            await self.adoption.stop()
-        if self.origin is not None:
-            await asyncio.gather(*self.origin.set_mirrors({}))
-        if self.membership is not None:
-            await self.membership.stop()
-            await self.membership.etcd.close()
-        if self._replication_server is not None:
-            self._replication_server.close()
-            for link in list(self._mirror_links):
-                if link.transport is not None:
-                    link.transport.close()
-        for store in self.mirror_stores.values():
-            store.close()
-        self.mirror_stores.clear()
+            topic.record_with(self.storage.topic_recorder(topic.name))
 
     # -- metadata --------------------------------------------------------------------------------------------
 
@@ -607,30 +420,6 @@ def _auth_client(opts: Options) -> AuthClient:
     return AuthClient(opts.auth_http_addresses, opts.auth_http_request_method,
                       connect_timeout=opts.http_client_connect_timeout,
                       request_timeout=opts.http_client_request_timeout, ssl_context=tls.auth_server_context(opts))
-
-
-def _snapshot_job(topic: str, channels: tuple[str, ...], peek: Callable[[], list[QueuedMessage]],
-                  in_flight: list[QueuedMessage], delayed: list[tuple[QueuedMessage, int]]) -> Callable[[], list[Publish]]:
-    return lambda: _snapshot_parts(topic, channels, peek() + in_flight, delayed)
-
-
-def _snapshot_parts(topic: str, channels: tuple[str, ...], queued: list[QueuedMessage],
-                    delayed: list[tuple[QueuedMessage, int]], size: int = 1000) -> list[Publish]:
-    """``queued`` in publishes of ``size`` messages; each of ``delayed`` in one of its own, its delay counted from
-    its timestamp, as a mirror counts it."""
-    from .replication.wire import Messages, Publish
-
-    parts = [Publish(0, topic, channels, 0, Messages.of(queued[start:start + size]))
-             for start in range(0, len(queued), size)]
-    now = time.time_ns()
-    for entry, delay_ms in delayed:
-        since_published = max(0, now - entry[TIMESTAMP]) // 1_000_000
-        parts.append(Publish(0, topic, channels, since_published + delay_ms, Messages.of([entry])))
-    return parts
-
-
-def _import_etcd_client() -> None:
-    import shared.etcd.client  # noqa: F401  (with it aiohttp)
 
 
 def _import_http_client() -> None:

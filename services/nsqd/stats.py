@@ -89,8 +89,8 @@ def collect(nsqd: NSQD, topic: str | None, channel: str | None, include_clients:
     if include_mem:
         document["memory"] = memory_stats(nsqd.gc_pauses)
     document["producers"] = None
-    if nsqd.opts.etcd_addresses:  # beyond NSQ's fields, and only with replication
-        document["replication"] = replication_stats(nsqd)
+    if nsqd.replication is not None:  # beyond NSQ's fields, and only with replication
+        document["replication"] = nsqd.replication.stats()
     if topic is None or topic in nsqd.topics:  # NSQ lists nothing at all for an unknown topic
         document["topics"] = _topics(nsqd, topic, channel, include_clients)
         if include_clients:
@@ -98,28 +98,6 @@ def collect(nsqd: NSQD, topic: str | None, channel: str | None, include_clients:
             document["producers"] = [_narrow_pub_counts(client.stats(), topic)
                                      for client in nsqd.producers(None)] or None
     return document
-
-
-def replication_stats(nsqd: NSQD) -> dict[str, Any]:
-    """This nsqd as an origin (its epoch, records and mirrors) and as a mirror (of which origins, how far)."""
-    origin = nsqd.origin
-    return {
-        "node": nsqd.membership.node if nsqd.membership else None,
-        "epoch": origin.epoch if origin else (nsqd.membership.epoch if nsqd.membership else 0),
-        "replication_factor": nsqd.opts.replication_factor, "min_in_sync": nsqd.opts.min_in_sync,
-        "records": origin.sequence if origin else 0, "refused_publishes": origin.refused if origin else 0,
-        "in_sync_recorded": sorted(origin.recorded) if origin else [], "fenced": origin.fenced if origin else False,
-        "mirrors": [{"node": link.mirror, "address": link.address, "connected": link.connected,
-                     "in_sync": link.in_sync, "acknowledged": link.acked,
-                     "lag": (origin.sequence - link.acked) if origin else 0}
-                    for link in (origin.links.values() if origin else [])],
-        "mirroring": [{"origin": store.origin, "epoch": store.epoch, "applied": store.applied, "depth": store.depth,
-                       "topics": store.topic_depths(), "origin_gone": store.fenced}
-                      for store in nsqd.mirror_stores.values()],
-        "leases_lost": nsqd.membership.leases_lost if nsqd.membership else 0,
-        "adopted_origins": nsqd.adoption.adopted if nsqd.adoption else 0,
-        "adopted_messages": nsqd.adoption.adopted_messages if nsqd.adoption else 0,
-    }
 
 
 def _topics(nsqd: NSQD, topic: str | None, channel: str | None, include_clients: bool) -> list[dict[str, Any]]:

@@ -3,6 +3,9 @@
 Every queue's disk queue lives in the data path and is kept here for the sync loop. Ephemeral names, and every
 name without a data path (``None``: tests of the in-memory logic), have a ``NullBackend`` and no deferred file.
 
+Each queue's recorder (recorder.py) is chosen here too: an ephemeral topic or channel has the null one, whatever
+this nsqd records; the others one from each recording this nsqd keeps (``record_with``), or the null one.
+
 The kind follows ``--mem-queue-size``: a topic's queue, and a channel's dead letters, are memory first; a channel's
 is memory first too, or at ``--mem-queue-size=0`` disk through (every message on disk until it is finished) when it
 has a disk queue: an ephemeral channel stays memory first, handing messages to its consumers and dropping what they
@@ -23,6 +26,7 @@ from .disk_queue import DiskQueue
 from .health import Health
 from .message import message_id
 from .message_queue import DiskThroughQueue, MemoryFirstQueue, MessageQueue
+from .recorder import NULL_CHANNEL, NULL_TOPIC, ChannelRecorder, Recording, TopicRecorder, topic_recorder
 from .segment_files import MIN_RECORD
 
 if TYPE_CHECKING:
@@ -38,6 +42,18 @@ class Storage:
         self.queues: dict[str, DiskQueue] = {}
         self._opts = opts
         self._on_disk_only = opts.mem_queue_size == 0
+        self._recordings: list[Recording] = []
+
+    def record_with(self, recording: Recording) -> None:
+        """Queues handed their recorders from now on are recorded by ``recording`` too."""
+        self._recordings.append(recording)
+
+    def topic_recorder(self, name: str) -> TopicRecorder:
+        return NULL_TOPIC if is_ephemeral(name) else topic_recorder(self._recordings, name)
+
+    def channel_recorder(self, topic: TopicRecorder, name: str) -> ChannelRecorder:
+        """The recorder of ``topic``'s channel ``name``."""
+        return NULL_CHANNEL if is_ephemeral(name) else topic.channel(name)
 
     def open_topic(self, name: str) -> MessageQueue:
         """A topic's: its deferred messages wait for a channel, each with its delay."""

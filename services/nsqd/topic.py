@@ -11,6 +11,8 @@ channel. Nothing acknowledged is ever dropped, except by ephemeral topics and ch
 memory queue cannot hold, as NSQ's do. nsqd reports itself unhealthy from a refused write until a write or a
 publish succeeds again. A publish a queue's ``--max-bytes-per-queue`` refuses is refused too (``TopicFull``), and
 checked against every channel first, so that no channel takes it then.
+
+What happens to the topic's messages is told to its recorder (recorder.py), which storage chose for it.
 """
 
 from __future__ import annotations
@@ -26,15 +28,14 @@ from .channel import Channel
 from .guid import GuidFactory
 from .message import QueuedMessage
 from .queue_cap import QueueFull
-from .replication.wire import DEAD_LETTERS, TOPIC_QUEUE
+from .recorder import Outstanding
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
     from .options import Options
-    from .replication.origin import Origin
+    from .recorder import TopicRecorder
     from .storage import Storage
-
 
 
 class TopicError(Exception):
@@ -43,6 +44,10 @@ class TopicError(Exception):
 
 class TopicFull(TopicError):
     """A publish the topic's disk queue, or a channel's, refuses at its ``--max-bytes-per-queue``."""
+
+
+class ReplicationError(TopicError):
+    """Too few copies of a publish to acknowledge it (what a replicated publish waits for fails with it)."""
 
 
 class Topic:
@@ -65,8 +70,7 @@ class Topic:
         self._opts = opts
         self._guid = GuidFactory(opts.node_id)
         self._on_channel_change = on_channel_change
-        # where what happens to this topic's messages is recorded for its mirrors (replication on, not ephemeral)
-        self.origin: Origin | None = None
+        self.recorder = storage.topic_recorder(name)
         self.queue.report_drops(self._dropped)
 
     def __repr__(self) -> str:
@@ -87,8 +91,8 @@ class Topic:
     def publish(self, bodies: list[bytes], defer_ms: int = 0) -> Awaitable[None] | None:
         """Accepts all of ``bodies``, or raises TopicError: the publish is then not acknowledged, though with several
         channels the ones before the refusing one may have taken it (a retry makes duplicates there, never a loss).
-        With replication, what the acknowledgement waits for: done once enough mirrors hold the publish, or
-        ReplicationError."""
+        What the acknowledgement waits for, if anything (the recorder's: with replication, done once enough
+        mirrors hold the publish, or ReplicationError)."""
         if self.exiting:
             raise TopicError("exiting")
         count = len(bodies)
@@ -98,10 +102,11 @@ class Topic:
             entries = [(self._guid.next_id(), bodies[0], timestamp, 0)]
         else:
             entries = list(zip(self._guid.next_ids(count), bodies, repeat(timestamp, count), repeat(0, count)))
-        return self._take(entries, defer_ms, len(bodies[0]) if count == 1 else sum(map(len, bodies)))
+        return self.take(entries, defer_ms, len(bodies[0]) if count == 1 else sum(map(len, bodies)))
 
-    def _take(self, entries: list[QueuedMessage], defer_ms: int, size: int) -> Awaitable[None] | None:
-        """``publish`` once the messages have their IDs: held, or handed to every channel; TopicError if refused."""
+    def take(self, entries: list[QueuedMessage], defer_ms: int, size: int) -> Awaitable[None] | None:
+        """``publish`` once the messages have their IDs (``new_ids``; or taken over from a lost nsqd): held, or
+        handed to every channel; TopicError if refused."""
         held = self.paused or not self.channels or not self.started
         try:
             if held:
@@ -116,42 +121,14 @@ class Topic:
         self.message_bytes += size
         if self._health.error is not None:  # taken again: nsqd no longer refuses what it is sent
             self._health.write_succeeded()
-        if self.origin is None:
-            return None
-        return self.origin.published(self.name, () if held else self._durable_channels(), defer_ms, entries)
-
-    def take_adopted(self, channel_name: str | None, entries: list[QueuedMessage],
-                     defer_ms: int) -> Awaitable[None] | None:
-        """Messages another nsqd had outstanding, taken over from a copy: into ``channel_name`` (made if need be; its
-        dead letters where the link named them so), or, for messages its topic held, as a publish is; recorded for
-        this nsqd's own mirrors as a publish is. TopicError if the topic refuses them."""
-        if channel_name is None:
-            return self._take(entries, defer_ms, sum(len(entry[1]) for entry in entries))
-        if channel_name.endswith(DEAD_LETTERS):
-            self.get_channel(channel_name[:-len(DEAD_LETTERS)]).dead_letters.put(entries)
-            return None if self.origin is None else self.origin.published(self.name, (channel_name,), 0, entries)
-        channel = self.get_channel(channel_name)
-        if defer_ms:
-            now = time.monotonic()
-            for entry in entries:
-                channel.put_deferred(entry, defer_ms / 1000, now)
-        else:
-            channel.put_new(entries)
-        if self.origin is None:
-            return None
-        return self.origin.published(self.name, (channel_name,), defer_ms, entries)
+        return self.recorder.published(held, defer_ms, entries)
 
     def _dropped(self, ids: list[bytes]) -> None:
         """The cap dropped the oldest it held (drop-oldest)."""
-        if self.origin is not None:
-            self.origin.finished(self.name, TOPIC_QUEUE, ids)
+        self.recorder.dropped(ids)
 
     def new_ids(self, count: int) -> list[bytes]:
         return self._guid.next_ids(count)
-
-    def _durable_channels(self) -> tuple[str, ...]:
-        """The channels mirrored: an ephemeral channel's messages are gone with its nsqd anyway."""
-        return tuple(name for name, channel in self.channels.items() if not channel.ephemeral)
 
     def _hold(self, entries: list[QueuedMessage], defer_ms: int) -> None:
         """Until a channel takes them; OSError (QueueFull) if the queue refuses them, none held then."""
@@ -159,7 +136,7 @@ class Topic:
             self.queue.accept(entries)
             return
         for entry in entries:
-            self.queue.defer_new(entry, defer_ms / 1000)
+            self.queue.defer_published(entry, defer_ms / 1000)
 
     def _distribute(self, entries: list[QueuedMessage], defer_ms: int) -> None:
         """Every channel takes every entry, or OSError (QueueFull) is raised by the first that refuses them: the
@@ -183,13 +160,13 @@ class Topic:
         other clients are served while a large backlog moves."""
         if self.paused or not self.channels or not self.started or self.exiting:
             return
-        if self.origin is not None and not continuing and (len(self.queue) or len(self.queue.deferred)):
-            self.origin.distributed(self.name, self._durable_channels())
+        if not continuing and (len(self.queue) or len(self.queue.deferred)):
+            self.recorder.distributed()
         channels = self.channels.values()
         if self.queue.memory:
             entries = self.queue.take_memory()
             for channel in channels:
-                channel.put_new(entries)
+                channel.put_held(entries)
         now = time.monotonic()
 
         def to_channels(entry: QueuedMessage, delay: float) -> None:
@@ -242,9 +219,9 @@ class Topic:
         """The channel, created if it does not exist yet (it then receives the topic's backlog)."""
         channel = self.channels.get(name)
         if channel is None:
-            channel = Channel(self.name, name, self._opts, self._storage, self._channel_lost_last_client)
+            channel = Channel(self.name, name, self._opts, self._storage,
+                              self._storage.channel_recorder(self.recorder, name), self._channel_lost_last_client)
             channel.ttl_ns = self.ttl_ns
-            channel.origin = None if channel.ephemeral else self.origin
             self.channels[name] = channel
             self._pump_backlog()
             self._on_channel_change(self)
@@ -267,11 +244,16 @@ class Topic:
             self._on_channel_change(self)
         return channel
 
-    def set_origin(self, origin: Origin | None) -> None:
-        """Records for mirrors from now on (not for an ephemeral topic or channel)."""
-        self.origin = None if self.ephemeral else origin
-        for channel in self.channels.values():
-            channel.origin = None if channel.ephemeral else self.origin
+    def record_with(self, recorder: TopicRecorder) -> None:
+        """Tells ``recorder`` from now on what happens to the topic and its channels (the storage's choice)."""
+        self.recorder = recorder
+        for name, channel in self.channels.items():
+            channel.recorder = self._storage.channel_recorder(recorder, name)
+
+    def outstanding(self) -> Outstanding:
+        """What the topic holds (its channels have their own): read on the event loop, the disk by the jobs."""
+        queue = self.queue
+        return Outstanding(queue.peek_job(len(queue)), queue.deferred.delayed(), list)
 
     def _channel_lost_last_client(self, channel: Channel) -> None:
         if self.channels.get(channel.name) is channel:
@@ -289,8 +271,7 @@ class Topic:
     def empty(self) -> None:
         """Drops the topic's own queue, not its channels' (NSQ's /topic/empty)."""
         self.queue.empty()
-        if self.origin is not None:
-            self.origin.topic_dropped(self.name, held_only=True)
+        self.recorder.emptied()
 
     def close(self) -> None:
         self.exiting = True
@@ -303,8 +284,7 @@ class Topic:
         for name in list(self.channels):
             self.delete_channel(name)
         self.queue.delete()
-        if self.origin is not None:
-            self.origin.topic_dropped(self.name, held_only=False)
+        self.recorder.deleted()
 
     def flush_to_disk(self) -> None:
         """At exit: the topic's and its channels' messages go to their disk queues, which are closed."""

@@ -13,7 +13,8 @@ import pytest
 
 from services.nsqd.replication.mirror_server import MirrorLinkServer
 from services.nsqd.replication.mirror_store import MirrorStore
-from services.nsqd.replication.origin import Origin, ReplicationError
+from services.nsqd.replication.origin import Origin
+from services.nsqd.topic import ReplicationError
 from services.nsqd.replication.wire import Messages, Publish
 
 TIMEOUT = 0.5

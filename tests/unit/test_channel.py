@@ -12,6 +12,7 @@ from services.nsqd.channel import Channel, ChannelError
 from services.nsqd.client import Client
 from services.nsqd.storage import Storage
 from services.nsqd.message import InFlightMessage, QueuedMessage
+from services.nsqd.recorder import NULL_CHANNEL
 from services.nsqd.stats import channel_stats
 from tests.unit.nsqd_fixtures import RecordingTransport, make_client, options
 
@@ -23,7 +24,7 @@ def entry(n: int) -> QueuedMessage:
 def make_channel(name: str = "c", **opts: object) -> tuple[Channel, list[Channel]]:
     gone: list[Channel] = []
     settings = options(**opts)
-    return Channel("t", name, settings, Storage(None, settings), gone.append), gone
+    return Channel("t", name, settings, Storage(None, settings), NULL_CHANNEL, gone.append), gone
 
 
 def subscribe(channel: Channel, client_id: int = 1, ready: int = 1,
@@ -36,7 +37,7 @@ def subscribe(channel: Channel, client_id: int = 1, ready: int = 1,
 
 def test_messages_wait_until_a_client_has_room() -> None:
     channel, _ = make_channel()
-    channel.put_new([entry(1), entry(2), entry(3)])
+    channel.put_held([entry(1), entry(2), entry(3)])
     assert channel.depth == 3 and channel.message_count == 3
     client, transport = subscribe(channel, ready=2)
     assert [m.body for m in transport.messages()] == [b"body1", b"body2"]
@@ -45,7 +46,7 @@ def test_messages_wait_until_a_client_has_room() -> None:
 
 def test_fin_frees_the_window() -> None:
     channel, _ = make_channel()
-    channel.put_new([entry(1), entry(2)])
+    channel.put_held([entry(1), entry(2)])
     client, transport = subscribe(channel, ready=1)
     first = transport.messages()[0]
     channel.finish(client, first.id)
@@ -126,7 +127,7 @@ def test_pause_holds_and_unpause_delivers() -> None:
     channel, _ = make_channel()
     client, transport = subscribe(channel, ready=5)
     channel.pause()
-    channel.put_new([entry(1), entry(2)])
+    channel.put_held([entry(1), entry(2)])
     assert transport.messages() == [] and channel.depth == 2
     channel.unpause()
     assert len(transport.messages()) == 2
@@ -136,14 +137,14 @@ def test_consumers_share_round_robin() -> None:
     channel, _ = make_channel()
     _, first = subscribe(channel, 1, ready=10)
     _, second = subscribe(channel, 2, ready=10)
-    channel.put_new([entry(n) for n in range(10)])
+    channel.put_held([entry(n) for n in range(10)])
     assert len(first.messages()) == 5 and len(second.messages()) == 5
 
 
 def test_empty_drops_everything() -> None:
     channel, _ = make_channel()
     client, transport = subscribe(channel, ready=1)
-    channel.put_new([entry(1), entry(2)])
+    channel.put_held([entry(1), entry(2)])
     channel.put_deferred(entry(3), 10, time.monotonic())
     channel.empty()
     assert (channel.depth, len(channel.in_flight), len(channel.deferred), client.in_flight_count) == (0, 0, 0, 0)
@@ -169,7 +170,7 @@ def test_max_channel_consumers() -> None:
 def test_ephemeral_channel_reports_its_last_client_and_drops_overflow() -> None:
     channel, gone = make_channel("tail#ephemeral", mem_queue_size=2)
     client, _ = subscribe(channel, ready=0)
-    channel.put_new([entry(n) for n in range(5)])
+    channel.put_held([entry(n) for n in range(5)])
     assert channel.depth == 2 and channel.dropped_count == 3 and channel.message_count == 5
     channel.remove_client(client)
     assert gone == [channel]
@@ -179,7 +180,7 @@ def test_sampling_keeps_about_the_rate() -> None:
     channel, _ = make_channel()
     client, transport = subscribe(channel, ready=2500)
     client.sample_rate = 49
-    channel.put_new([entry(n) for n in range(2000)])
+    channel.put_held([entry(n) for n in range(2000)])
     kept = len(transport.messages())
     assert 800 < kept < 1200  # keep probability is (rate + 1) / 100
 
@@ -187,7 +188,7 @@ def test_sampling_keeps_about_the_rate() -> None:
 def test_messages_past_the_ttl_are_dropped_as_they_are_taken_to_be_delivered() -> None:
     channel, _ = make_channel(msg_ttl=60.0)
     old = (b"%016d" % 1, b"old", time.time_ns() - 61 * 10**9, 0)
-    channel.put_new([old, entry(2), old[:1] + (b"old too",) + old[2:], entry(4)])
+    channel.put_held([old, entry(2), old[:1] + (b"old too",) + old[2:], entry(4)])
     assert channel.depth == 4  # counted until taken
     client, transport = subscribe(channel, ready=1)  # one at a time
     assert [m.body for m in transport.messages()] == [b"body2"]
@@ -201,7 +202,7 @@ def test_messages_past_the_ttl_are_dropped_as_they_are_taken_to_be_delivered() -
 def test_a_batch_delivery_leaves_out_what_is_past_the_ttl() -> None:
     channel, _ = make_channel(msg_ttl=60.0)
     old = (b"%016d" % 9, b"old", time.time_ns() - 61 * 10**9, 0)
-    channel.put_new([entry(1), old, entry(3)])
+    channel.put_held([entry(1), old, entry(3)])
     _, transport = subscribe(channel, ready=10)
     assert [m.body for m in transport.messages()] == [b"body1", b"body3"] and channel.expired_count == 1
 
@@ -273,7 +274,7 @@ def test_a_channel_needs_of_its_consumers_only_the_consumer_view() -> None:
     for consumer in (first, second):
         channel.add_client(consumer)
         channel.update_ready(consumer)
-    channel.put_new([entry(n) for n in range(5)])
+    channel.put_held([entry(n) for n in range(5)])
     assert (first.received, second.received) == ([b"body0", b"body2"], [b"body1"])  # round robin, each its window
     assert channel.depth == 2
     channel.finish(second, channel.in_flight.values()[1].id)
@@ -288,12 +289,12 @@ def test_topology_aware_delivery_prefers_the_zone_then_the_region_and_never_hold
     for consumer in (far, region, zone, zone_too):
         channel.add_client(consumer)
         channel.update_ready(consumer)
-    channel.put_new([entry(n) for n in range(5)])
+    channel.put_held([entry(n) for n in range(5)])
     # the zone's consumers while they have room (round robin between them), then the region's
     assert (zone.received, zone_too.received) == ([b"body0", b"body2"], [b"body1"])
     assert region.received == [b"body3", b"body4"] and far.received == []
     region.ready = 2  # the region's full too: whoever has room gets the rest
-    channel.put_new([entry(5)])
+    channel.put_held([entry(5)])
     assert far.received == [b"body5"]
     stats = channel_stats(channel, options(), False, time.monotonic())
     assert (stats["zone_local_msg_count"], stats["region_local_msg_count"], stats["global_msg_count"]) == (3, 2, 1)
@@ -305,7 +306,7 @@ def test_without_the_experiment_every_consumer_is_equal_and_deliveries_are_globa
     for consumer in (far, zone):
         channel.add_client(consumer)
         channel.update_ready(consumer)
-    channel.put_new([entry(n) for n in range(4)])
+    channel.put_held([entry(n) for n in range(4)])
     assert len(far.received) == len(zone.received) == 2
     stats = channel_stats(channel, options(), False, time.monotonic())
     assert stats["global_msg_count"] == 4 and "zone_local_msg_count" not in stats
@@ -316,9 +317,9 @@ def test_a_consumer_that_loses_its_room_in_a_send_gets_nothing_more() -> None:
     consumer = WindowConsumer(1, ready=10)
     channel.add_client(consumer)
     channel.update_ready(consumer)
-    channel.put_new([entry(0)])
+    channel.put_held([entry(0)])
     consumer.paused_by_send = True  # its socket's buffer filled: the channel is not told until it has room again
-    channel.put_new([entry(1), entry(2)])
+    channel.put_held([entry(1), entry(2)])
     assert consumer.received == [b"body0"] and channel.depth == 2
     consumer.paused_by_send = False
     channel.update_ready(consumer)
@@ -330,7 +331,7 @@ def test_timed_out_messages_refill_their_consumers_window_once() -> None:
     consumer = WindowConsumer(1, ready=2)
     channel.add_client(consumer)
     channel.update_ready(consumer)
-    channel.put_new([entry(n) for n in range(4)])
+    channel.put_held([entry(n) for n in range(4)])
     assert consumer.received == [b"body0", b"body1"]
     assert channel.process_in_flight(time.monotonic() + 61)
     # the two timed out go back to the queue, behind the two waiting: the freed window takes the oldest waiting

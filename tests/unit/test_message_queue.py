@@ -150,7 +150,7 @@ def test_at_mem_queue_size_0_deferred_messages_are_on_disk_as_they_are_deferred(
     requeued = queue.take_memory()[0]
     soon, later = time.monotonic() + 30, time.monotonic() + 60
     queue.defer(requeued, soon)  # requeued with a delay
-    queue.defer_new(message(2), later)  # a DPUB
+    queue.defer_published(message(2), later)  # a DPUB
     # killed now: both are in the deferred file with their due times, and the requeued one is not read again
     assert restarted(tmp_path, queue) == [b"body1"]
     again = storage(tmp_path, mem_queue_size=0).open_channel("t:c")
@@ -166,7 +166,7 @@ def test_a_deferral_the_disk_refuses_is_kept_in_memory_or_refused(tmp_path: Path
     queue = nsqd_storage.open_channel("t:c")
     (tmp_path / "t:c.diskqueue.deferred.dat").mkdir()  # no write to it succeeds
     with pytest.raises(OSError):
-        queue.defer_new(message(0), 1)
+        queue.defer_published(message(0), 1)
     assert len(queue.deferred) == 0
     queue.defer(message(1), 1)
     assert len(queue.deferred) == 1
@@ -178,14 +178,14 @@ def test_the_deferred_file_is_replaced_by_what_is_still_deferred_once_it_holds_m
     queue = storage(tmp_path, mem_queue_size=0).open_channel("t:c")
     now = time.monotonic()
     for n in range(3000):
-        queue.defer_new(message(n), now + n)
+        queue.defer_published(message(n), now + n)
     deferred_file = queue.deferred._file
     assert deferred_file is not None
     assert queue.deferred.pop_due(now + 999.5, lambda entry, due: None)  # 3,000 records for 2,000 deferred
     assert deferred_file.records == 3000
     assert queue.deferred.pop_due(now + 2099.5, lambda entry, due: None)
     assert deferred_file.records == 900
-    queue.defer_new(message(9), now + 9)  # appended to the new file
+    queue.defer_published(message(9), now + 9)  # appended to the new file
     deferred_file.close()
     assert [decode(payload) for _, payload in deferred_file.take(keep=True)] == \
         [message(n) for n in range(2100, 3000)] + [message(9)]

@@ -30,6 +30,7 @@ from typing import cast
 from nsqclient.addresses import split_host_port
 
 from ..message import ATTEMPTS, ID, QueuedMessage
+from ..topic import ReplicationError
 from .in_sync import Fenced
 from .wire import (
     MAGIC,
@@ -48,7 +49,6 @@ from .wire import (
     Snapshot,
     SnapshotEnd,
     WireError,
-    dead_letters_of,
     encode,
 )
 
@@ -56,10 +56,6 @@ log = logging.getLogger("nsqd")
 
 MAX_UNACKED_BYTES = 256 * 1024 * 1024
 RECONNECT = 1.0  # seconds between attempts to reach a mirror
-
-
-class ReplicationError(Exception):
-    """Too few copies to acknowledge a publish."""
 
 
 class MirrorLink:
@@ -330,15 +326,10 @@ class Origin:
     def requeued(self, topic: str, channel: str, entry: QueuedMessage, due: int) -> None:
         self._record(Requeue(self._next(), topic, channel, entry[ID], entry[ATTEMPTS], due))
 
-    def parked(self, topic: str, channel: str, entries: list[QueuedMessage]) -> None:
-        """Moved from the channel to its dead letters."""
-        self._record(Publish(self._next(), topic, (dead_letters_of(channel),), 0, Messages.of(entries)))
-        self.finished(topic, channel, [entry[ID] for entry in entries])
-
-    def replayed(self, topic: str, channel: str, entries: list[QueuedMessage]) -> None:
-        """Moved from the channel's dead letters back to it."""
-        self.finished(topic, dead_letters_of(channel), [entry[ID] for entry in entries])
-        self._record(Publish(self._next(), topic, (channel,), 0, Messages.of(entries)))
+    def record_publish(self, topic: str, channels: tuple[str, ...], defer_ms: int,
+                       entries: list[QueuedMessage]) -> None:
+        """Messages moved between queues (nothing waits for their copies)."""
+        self._record(Publish(self._next(), topic, channels, defer_ms, Messages.of(entries)))
 
     def channel_dropped(self, topic: str, channel: str) -> None:
         self._record(DropChannel(self._next(), topic, channel))
