@@ -35,8 +35,8 @@ def forbidden_imports(path: Path, source: str | None = None) -> list[tuple[int, 
 
     def visit(node: ast.AST, function: str) -> None:
         if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            for child in node.orelse:
-                visit(child, function)
+            for statement in node.orelse:
+                visit(statement, function)
             return
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             function = node.name
@@ -46,10 +46,10 @@ def forbidden_imports(path: Path, source: str | None = None) -> list[tuple[int, 
         elif isinstance(node, ast.ImportFrom):
             module = absolute(node, path)
             names = [module] + [f"{module}.{alias.name}" for alias in node.names]
-        for name in names:
-            if name.startswith(FORBIDDEN):
-                found.append((node.lineno, name, function))
-                break
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            first = next((name for name in names if name.startswith(FORBIDDEN)), None)
+            if first is not None:
+                found.append((node.lineno, first, function))
         for child in ast.iter_child_nodes(node):
             visit(child, function)
 
