@@ -11,13 +11,16 @@ answered on an open connection (E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED) and 
 closes it. FIN and REQ set the connection's ``window_changed``: the channel refills the client's window once per
 batch of received bytes, not once per message.
 
+A handler sees its connection as a ``Connection``: the broker, the client, the listener's settings, and the few
+things it may ask of the connection itself.
+
 Dispatch costs one dict lookup and one call per request (``HANDLERS[request.__class__](connection, request)``): the
 handlers are plain functions, so a producer's PUB passes through no further layer.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from nsqclient.protocol.frames import CLOSE_WAIT, OK
 from shared.protocol.errors import ClientError, FatalClientError
@@ -40,26 +43,69 @@ from .channel import ChannelError
 from .topic import ReplicationError, Topic, TopicError
 
 if TYPE_CHECKING:
-    from shared.auth_reply import AuthState
+    import ssl
 
+    from nsqclient.protocol.compression import Codec
+    from shared.auth_reply import AuthState
+    from shared.protocol.errors import ProtocolError
+
+    from .auth_client import AuthClient
     from .channel import Channel
-    from .protocol_v2 import ConnectionV2
+    from .client import Client
+    from .listener_context import Broker
+    from .options import Options
 
 # a request's answer: now, none, or once what it waits for is done (the connection reads on after it)
 Reply = bytes | None | Awaitable[bytes | None]
 
 
+class Connection(Protocol):
+    """What a handler (and ``upgrade``) may ask of the connection its request came on (``ConnectionV2``)."""
+
+    broker: Broker
+    client: Client
+    window_changed: bool  # FIN and REQ set it: the client's window is refilled once the bytes received are run
+
+    @property
+    def opts(self) -> Options: ...
+
+    @property
+    def tls_context(self) -> ssl.SSLContext | None: ...
+
+    @property
+    def auth_client(self) -> AuthClient | None: ...
+
+    def identified(self, heartbeat_interval: float) -> None:
+        """The client's IDENTIFY took effect: its heartbeats and read deadline follow it."""
+
+    def authenticated(self, state: AuthState) -> None: ...
+
+    def answer_error(self, error: ProtocolError) -> None:
+        """An error answered on the open connection."""
+
+    def wait_for(self, work: Awaitable[None]) -> None:
+        """Nothing more is read or run until ``work`` is done."""
+
+    def drop_held(self) -> int:
+        """Drops the bytes received since the IDENTIFY and not run (before a TLS handshake); how many."""
+
+    async def switch_to_tls(self, handshake_timeout: float) -> bool:
+        """The TLS handshake on this connection; False if it failed (the connection is aborted)."""
+
+    def inflate_with(self, codec: Codec) -> None:
+        """What is received is compressed from here on."""
+
+
 # -- the client's settings and authorizations --------------------------------------------------------------------
 
-def identify_client(connection: ConnectionV2, request: Identify) -> Reply:
-    client, context = connection.client, connection.context
-    identity = identify.negotiate(request.body, context.opts, client, context.tls_context is not None)
+def identify_client(connection: Connection, request: Identify) -> Reply:
+    client, opts = connection.client, connection.opts
+    identity = identify.negotiate(request.body, opts, client, connection.tls_context is not None)
     client.identify(identity)
-    connection.session.identified(identity.heartbeat_interval)
-    connection.heartbeats.restart()
+    connection.identified(identity.heartbeat_interval)
     if not identity.feature_negotiation:
         return OK
-    reply = identify.response(identity, context.opts, auth_required=context.auth_client is not None)
+    reply = identify.response(identity, opts, auth_required=connection.auth_client is not None)
     if not (identity.tls_v1 or identity.snappy or identity.deflate):
         return reply
     client.queue_response(reply)
@@ -68,29 +114,29 @@ def identify_client(connection: ConnectionV2, request: Identify) -> Reply:
     return None
 
 
-async def authenticate(connection: ConnectionV2, request: Auth) -> bytes:
+async def authenticate(connection: Connection, request: Auth) -> bytes:
     state = await _query_auth(connection, _text(request.secret))
     if not state.authorizations:
         raise FatalClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
     return auth.auth_response(state)
 
 
-async def reauthorize(connection: ConnectionV2, request: Reauthorize) -> None:
+async def reauthorize(connection: Connection, request: Reauthorize) -> None:
     """Authorizations past their TTL are asked for again with the same secret before the command runs."""
     await _query_auth(connection, connection.client.auth_secret)
 
 
-async def _query_auth(connection: ConnectionV2, secret: str) -> AuthState:
-    auth_client = connection.context.auth_client
+async def _query_auth(connection: Connection, secret: str) -> AuthState:
+    auth_client = connection.auth_client
     assert auth_client is not None
     state = await auth.query(auth_client, connection.client, secret)
-    connection.session.authenticated(state)
+    connection.authenticated(state)
     return state
 
 
 # -- topics and channels -----------------------------------------------------------------------------------------
 
-def publish(connection: ConnectionV2, request: Publish) -> Reply:
+def publish(connection: Connection, request: Publish) -> Reply:
     topic = connection.broker.get_topic(request.topic)
     try:
         replicated = topic.publish(request.bodies, request.defer_ms)
@@ -102,7 +148,7 @@ def publish(connection: ConnectionV2, request: Publish) -> Reply:
     return topic.when_started(OK)
 
 
-async def _once_replicated(connection: ConnectionV2, request: Publish, topic: Topic,
+async def _once_replicated(connection: Connection, request: Publish, topic: Topic,
                            replicated: Awaitable[None]) -> bytes | None:
     """OK once the mirrors hold the publish; too few copies fail it as a refused write does."""
     try:
@@ -117,11 +163,11 @@ async def _answer(reply: bytes | Awaitable[bytes]) -> bytes:
     return reply if isinstance(reply, bytes) else await reply
 
 
-def create_topic(connection: ConnectionV2, request: CreateTopic) -> None:
+def create_topic(connection: Connection, request: CreateTopic) -> None:
     connection.broker.get_topic(request.topic)
 
 
-def subscribe(connection: ConnectionV2, request: Subscribe) -> Reply:
+def subscribe(connection: Connection, request: Subscribe) -> Reply:
     topic = connection.broker.get_topic(request.topic)
     try:
         connection.client.subscribe(topic.get_channel(request.channel))
@@ -132,11 +178,11 @@ def subscribe(connection: ConnectionV2, request: Subscribe) -> Reply:
 
 # -- the client's window ------------------------------------------------------------------------------------------
 
-def set_ready(connection: ConnectionV2, request: Ready) -> None:
+def set_ready(connection: Connection, request: Ready) -> None:
     connection.client.set_ready(request.ready_count)
 
 
-def finish(connection: ConnectionV2, request: Finish) -> None:
+def finish(connection: Connection, request: Finish) -> None:
     connection.window_changed = True
 
     def refuse(msg_id: bytes, reason: str) -> None:
@@ -145,7 +191,7 @@ def finish(connection: ConnectionV2, request: Finish) -> None:
     _channel(connection).finish_all(connection.client, request.ids, refuse)
 
 
-def requeue(connection: ConnectionV2, request: Requeue) -> None:
+def requeue(connection: Connection, request: Requeue) -> None:
     try:
         _channel(connection).requeue(connection.client, request.id, request.delay_ms / 1000)
     except ChannelError as error:
@@ -153,19 +199,19 @@ def requeue(connection: ConnectionV2, request: Requeue) -> None:
     connection.window_changed = True
 
 
-def touch(connection: ConnectionV2, request: Touch) -> None:
+def touch(connection: Connection, request: Touch) -> None:
     try:
         _channel(connection).touch(connection.client, request.id)
     except ChannelError as error:
         raise ClientError("E_TOUCH_FAILED", f"TOUCH {_text(request.id)} failed {error}") from None
 
 
-def close_subscription(connection: ConnectionV2, request: Close) -> bytes:
+def close_subscription(connection: Connection, request: Close) -> bytes:
     connection.client.start_close()
     return CLOSE_WAIT
 
 
-def _channel(connection: ConnectionV2) -> Channel:
+def _channel(connection: Connection) -> Channel:
     channel = connection.client.channel
     assert channel is not None  # the session lets FIN, REQ and TOUCH through only once subscribed
     return channel
@@ -175,7 +221,7 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-HANDLERS: dict[type, Callable[[ConnectionV2, Any], Reply]] = {
+HANDLERS: dict[type, Callable[[Connection, Any], Reply]] = {
     Publish: publish,
     Finish: finish,
     Ready: set_ready,

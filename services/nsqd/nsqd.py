@@ -32,7 +32,8 @@ from .http_api import build_router, tls_required
 from .lookup_peer import LookupPeer, channels_in_cluster, registrations
 from .metadata import DataPathLock
 from .options import Options
-from .protocol_v2 import ConnectionV2, ListenerContext
+from .listener_context import ListenerContext
+from .protocol_v2 import ConnectionV2
 from .queue_scan import QueueScanner
 from .stats import GCPauses, collect
 from .statsd import StatsdPusher, expand_prefix

@@ -2,20 +2,17 @@
 
 The connection feeds the bytes it receives to the client's ``SessionV2`` (``shared.protocol.session_v2``), which
 parses them and checks every command against NSQ's rules, hands each request that comes out to its handler
-(``commands_v2.HANDLERS``) and writes the replies once the received bytes are processed. What it needs of nsqd is a
-``Broker`` (topics, and being told of connections) and the ``ListenerContext`` every connection of the TCP listener
-shares. Besides that loop it owns:
+(``commands_v2.HANDLERS``: they see it as ``commands_v2.Connection``) and writes the replies once the received bytes
+are processed. What it needs of nsqd is a ``Broker`` and the ``ListenerContext`` every connection of the TCP
+listener shares (listener_context.py). Besides that loop it owns:
 
 - waiting: a request that cannot be answered at once (AUTH, a command on a topic not started yet, the TLS handshake
   of an ``upgrade``) makes the session wait (``SessionV2.wait``): reading pauses, nothing after it is checked or
   run, and what was already read stays in the session (or, compressed, in the codec's iterator) until the wait ends
   and it runs in order;
-- publishes answered in order (``_answers``): a publish that waits for its copies on the mirrors (or for its topic to
-  start) does not hold up the publishes after it, which go into their topics and to the mirrors meanwhile, so a
-  producer that sends several before reading the answers gets one round trip to the mirrors for all of them; any
-  other request waits until the publishes before it are answered;
-- compressed input, once ``upgrade`` switched to snappy or deflate: inflated piece by piece, each piece run before
-  the next is inflated, so a small input that inflates enormously stops at a wait or when the connection closes;
+- publishes answered in order (publish_answers.py); any other request waits until the publishes before it are
+  answered;
+- compressed input, once ``upgrade`` switched to snappy or deflate (compressed_input.py);
 - backpressure: while the socket's send buffer is full, what is read from the client is limited.
 
 Its ``Heartbeats`` (``heartbeat.py``) send heartbeats and close a client that went silent.
@@ -27,64 +24,34 @@ import asyncio
 import itertools
 import logging
 import ssl
-from collections import deque
-from typing import TYPE_CHECKING, Awaitable, Iterator, Protocol, cast
+from typing import TYPE_CHECKING, Awaitable, Iterator, cast
 
 from nsqclient.addresses import join_host_port
 from nsqclient.protocol.compression import Codec, CompressionError
 from shared.protocol.errors import ClientError, ProtocolError
-from shared.protocol.session_v2 import CreateTopic, Limits, Publish, Request, SessionV2
+from shared.protocol.session_v2 import CreateTopic, Publish, Request, SessionV2
 
-from .client import Client, ClientDefaults, EndOfTurnFlush
+from .client import Client
 from .commands_v2 import HANDLERS
+from .compressed_input import CompressedInput
 from .heartbeat import Heartbeats
-from .topic import Topic
+from .listener_context import Broker, ListenerContext
+from .publish_answers import PublishAnswers
 
-if TYPE_CHECKING:  # the auth client brings aiohttp, imported only once a configuration asks for it
-    from .auth_client import AuthClient
-    from .busy_poll import BusyPoll
-    from .options import Options
+if TYPE_CHECKING:
+    from shared.auth_reply import AuthState
 
 log = logging.getLogger("nsqd")
 
 
-class Broker(Protocol):
-    """What a connection asks of nsqd while it runs."""
-
-    def get_topic(self, name: str) -> Topic: ...
-
-    def connected(self, connection: ConnectionV2) -> int:
-        """Takes the connection into account; returns its client's id."""
-        ...
-
-    def disconnected(self, connection: ConnectionV2) -> None: ...
-
-
-class ListenerContext:
-    """What every connection of the TCP listener shares: settings and the services they use. (A plain class: a
-    compiled dataclass would need the types of its fields imported at run time.)"""
-
-    def __init__(self, opts: Options, client_defaults: ClientDefaults, tls_context: ssl.SSLContext | None,
-                 auth_client: AuthClient | None, flush: EndOfTurnFlush, busy_poll: BusyPoll) -> None:
-        self.opts = opts
-        self.client_defaults = client_defaults
-        self.tls_context = tls_context
-        self.auth_client = auth_client
-        self.flush = flush
-        self.busy_poll = busy_poll
-        # the flags each connection's session checks commands against
-        self.limits = Limits(opts.max_msg_size, opts.max_body_size, opts.max_rdy_count,
-                             int(opts.max_req_timeout * 1000), opts.tls_required != "false", auth_client is not None)
-
-
 class ConnectionV2(asyncio.Protocol):
-    """One client's TCP connection. Besides the ``asyncio.Protocol`` callbacks, it offers the handlers of
-    ``commands_v2`` and ``upgrade`` ``answer_error``, ``window_changed``, ``wait_for``, ``heartbeats``,
-    ``inflate_with`` and the ``transport`` a TLS upgrade replaces."""
+    """One client's TCP connection: the ``asyncio.Protocol`` callbacks, and what ``commands_v2.Connection`` says
+    a handler may ask of it."""
 
     def __init__(self, broker: Broker, context: ListenerContext) -> None:
         self.broker = broker
         self.context = context
+        self.opts, self.tls_context, self.auth_client = context.opts, context.tls_context, context.auth_client
         self.session = SessionV2(context.limits)
         self.client: Client
         self.transport: asyncio.Transport
@@ -92,14 +59,11 @@ class ConnectionV2(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         # set by FIN and REQ; the channel refills the client's window once per batch of received bytes
         self.window_changed = False
-        self._inflate: Codec | None = None
-        # compressed input read and not yet inflated: a request waits, and a small input may inflate enormously
-        self._inflating: Iterator[bytes] | None = None
+        self._compressed: CompressedInput | None = None
         # what the waiting request waits for (the auth server, a topic's start, the TLS handshake)
         self._wait: asyncio.Task[None] | None = None
-        # publishes not answered yet, oldest first; a request that is not a publish waits for them (``_postponed``)
-        self._answers: deque[asyncio.Future[bytes | None]] = deque()
-        self._all_answered: asyncio.Future[None] | None = None
+        # publishes not answered yet; a request that is not a publish waits for them (``_postponed``)
+        self._answers: PublishAnswers
         self._postponed: Request | None = None
 
     # -- connection lifecycle --------------------------------------------------------------------------------
@@ -114,6 +78,7 @@ class ConnectionV2(asyncio.Protocol):
         log.info("TCP: new client(%s)", remote)
         self.heartbeats = Heartbeats(self._loop, self.client)
         self.heartbeats.start()
+        self._answers = PublishAnswers()
 
     def connection_lost(self, exc: Exception | None) -> None:
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.client)
@@ -121,9 +86,7 @@ class ConnectionV2(asyncio.Protocol):
         self.heartbeats.stop()
         if self._wait is not None:
             self._wait.cancel()
-        for answer in self._answers:
-            answer.cancel()
-        self._answers.clear()
+        self._answers.cancel()
         self.client.disconnected()
         self.broker.disconnected(self)
 
@@ -137,6 +100,40 @@ class ConnectionV2(asyncio.Protocol):
         self.transport.close()
         if self.transport.get_write_buffer_size():
             self._loop.call_later(max(client.heartbeat_interval, 1.0), self.transport.abort)
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    # -- what a handler may ask (commands_v2.Connection) ------------------------------------------------------
+
+    def identified(self, heartbeat_interval: float) -> None:
+        self.session.identified(heartbeat_interval)
+        self.heartbeats.restart()
+
+    def authenticated(self, state: AuthState) -> None:
+        self.session.authenticated(state)
+
+    def drop_held(self) -> int:
+        return self.session.drop_held()
+
+    async def switch_to_tls(self, handshake_timeout: float) -> bool:
+        context = self.context.tls_context
+        assert context is not None
+        try:
+            transport = await self._loop.start_tls(self.transport, self, context, server_side=True,
+                                                   ssl_handshake_timeout=handshake_timeout)
+        except (OSError, ssl.SSLError, TimeoutError) as error:
+            log.error("[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake - %s", self.client, error)
+            self.transport.abort()
+            return False
+        if transport is None:
+            return False
+        self.transport = transport
+        self.client.upgraded_to_tls(transport)
+        self.session.upgraded_to_tls()
+        return True
+
+    # -- backpressure ----------------------------------------------------------------------------------------
 
     def pause_writing(self) -> None:
         self._set_write_paused(True)
@@ -165,35 +162,28 @@ class ConnectionV2(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.heartbeats.last_read = self._loop.time()
         self.context.busy_poll.activity()
-        if self._inflate is None:
+        if self._compressed is None:
             self._run(self.session.receive(data))
         else:
-            inflated = self._inflate.decompress(data)
-            self._inflating = inflated if self._inflating is None else itertools.chain(self._inflating, inflated)
-        if self._inflating is not None:
+            self._compressed.feed(data)
             self._run_inflated()
 
     def _run_inflated(self) -> None:
-        """Inflates compressed input piece by piece and runs each, until it is used up or a request waits (the rest
-        stays compressed until the wait ends)."""
-        assert self._inflating is not None
+        """Runs compressed input piece by piece, until it is used up or a request waits."""
+        compressed, session = self._compressed, self.session
+        assert compressed is not None
         try:
-            while not self.session.waiting and not self.transport.is_closing():
-                chunk = next(self._inflating, None)
-                if chunk is None:
-                    self._inflating = None
+            while not session.waiting and not self.transport.is_closing():
+                if (piece := compressed.next_piece()) is None:
                     return
-                self._run(self.session.receive(chunk))
+                self._run(session.receive(piece))
         except CompressionError as error:
-            self._inflating = None
             log.error("[%s] - %s", self.client, error)
             self.close()
 
     def inflate_with(self, codec: Codec) -> None:
         """What is received is compressed from here on, and so is what the session held since the IDENTIFY."""
-        self._inflate = codec
-        if held := self.session.take_held():
-            self._inflating = codec.decompress(held)
+        self._compressed = CompressedInput(codec, self.session.take_held())
 
     def _run(self, requests: Iterator[Request]) -> None:
         """Acts on requests in order until one has to wait (the session then holds the rest back)."""
@@ -208,10 +198,10 @@ class ConnectionV2(asyncio.Protocol):
                         continue
                     if kind is not Publish or len(answers) >= PUBLISHES_IN_FLIGHT:
                         self._postponed = request
-                        self.wait_for(self._until_answered())
+                        self.wait_for(answers.all_answered())
                         return
                     # refused: the error is answered in order below, and nothing after it runs
-                    self._answer_in_order(HANDLERS[kind](self, request))
+                    answers.add(HANDLERS[kind](self, request), self)
                     continue
                 try:
                     reply = HANDLERS[request.__class__](self, request)
@@ -222,7 +212,7 @@ class ConnectionV2(asyncio.Protocol):
                     continue
                 if reply.__class__ is not bytes:  # it waits for something (the mirrors, the auth server, ...)
                     if request.__class__ is Publish:  # the publishes after it go on meanwhile
-                        self._answer_in_order(reply)
+                        answers.add(reply, self)
                         continue
                     self.wait_for(self._answer_when_done(cast(Awaitable[bytes | None], reply)))
                     return
@@ -231,7 +221,7 @@ class ConnectionV2(asyncio.Protocol):
             if answers:  # answered, and the connection closed, once the publishes before it are
                 self.session.wait()
                 self.transport.pause_reading()
-                self._answer_in_order(error)
+                answers.add(error, self)
                 return
             self.answer_error(error)
             self.close()
@@ -277,7 +267,7 @@ class ConnectionV2(asyncio.Protocol):
         if self._postponed is not None:
             requests, self._postponed = itertools.chain((self._postponed,), requests), None
         self._run(requests)
-        if self._inflating is not None:
+        if self._compressed is not None:
             self._run_inflated()
         if self._may_read():
             self.transport.resume_reading()
@@ -290,53 +280,6 @@ class ConnectionV2(asyncio.Protocol):
             return False
         return not client.write_paused or (client.channel is not None
                                            and self.transport.get_write_buffer_size() <= _UNREAD_REPLIES_LIMIT)
-
-    def _answer_in_order(self, reply: object) -> None:
-        """``reply`` (bytes, an awaitable or an error) is written once every earlier publish is answered."""
-        if isinstance(reply, (bytes, ProtocolError)) or reply is None:
-            answer: asyncio.Future[bytes | None] = self._loop.create_future()
-            if isinstance(reply, ProtocolError):
-                answer.set_exception(reply)
-            else:
-                answer.set_result(reply)
-        else:
-            answer = asyncio.ensure_future(cast(Awaitable[bytes | None], reply))
-        self._answers.append(answer)
-        answer.add_done_callback(self._answered)
-
-    def _answered(self, _: asyncio.Future[bytes | None]) -> None:
-        """Writes the answers that are ready, oldest first; a refusal closes the connection."""
-        answers, client = self._answers, self.client
-        if self.transport.is_closing():
-            return
-        while answers and answers[0].done():
-            answer = answers.popleft()
-            # only this connection cancels its answers, once they are out of the queue: anything else is a bug
-            error = answer.exception() if not answer.cancelled() else asyncio.CancelledError("answer cancelled")
-            if error is None:
-                if (reply := answer.result()) is not None:
-                    client.queue_response(reply)
-            elif isinstance(error, ClientError):
-                self.answer_error(error)
-            else:
-                if isinstance(error, ProtocolError):
-                    self.answer_error(error)
-                else:
-                    log.error("[%s] - failed to process a command", client, exc_info=error)
-                # the publishes after it were taken: unanswered, a retry makes duplicates, never a loss
-                for later in answers:
-                    later.cancel()
-                answers.clear()
-                self.close()
-                break
-        client.flush()
-        if not answers and self._all_answered is not None and not self._all_answered.done():
-            self._all_answered.set_result(None)
-
-    async def _until_answered(self) -> None:
-        if self._answers:
-            self._all_answered = self._loop.create_future()
-            await self._all_answered
 
     async def _answer_when_done(self, work: Awaitable[bytes | None]) -> None:
         """A request's answer once what it waits for is done; a refusal closes the connection."""

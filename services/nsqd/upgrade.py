@@ -10,17 +10,15 @@ compression they are compressed already, and go to be inflated.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import ssl
 from typing import TYPE_CHECKING
 
 from nsqclient.protocol.compression import Codec, DeflateCodec, SnappyCodec
 from nsqclient.protocol.frames import OK
 
 if TYPE_CHECKING:
+    from .commands_v2 import Connection
     from .identify import Identity
-    from .protocol_v2 import ConnectionV2
 
 log = logging.getLogger("nsqd")
 
@@ -28,40 +26,28 @@ log = logging.getLogger("nsqd")
 HANDSHAKE_TIMEOUT = 5.0
 
 
-def start(connection: ConnectionV2, identity: Identity) -> None:
+def start(connection: Connection, identity: Identity) -> None:
     """Upgrades as ``identity`` negotiated, once the IDENTIFY's reply is written."""
     if identity.tls_v1:
         # the client's handshake must reach the TLS layer, not the command parser
-        if early := connection.session.drop_held():
+        if early := connection.drop_held():
             log.warning("[%s] - %d bytes sent before the TLS handshake ignored", connection.client, early)
         connection.wait_for(_start_tls(connection, identity))
     else:
         _start_compression(connection, identity)
 
 
-async def _start_tls(connection: ConnectionV2, identity: Identity) -> None:
+async def _start_tls(connection: Connection, identity: Identity) -> None:
     """The TLS handshake, OK over TLS, then compression on top if it was negotiated too."""
-    client, context = connection.client, connection.context.tls_context
-    assert context is not None
-    try:
-        transport = await asyncio.get_running_loop().start_tls(connection.transport, connection, context,
-                                                               server_side=True,
-                                                               ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
-    except (OSError, ssl.SSLError, TimeoutError) as error:
-        log.error("[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake - %s", client, error)
-        connection.transport.abort()
+    if not await connection.switch_to_tls(HANDSHAKE_TIMEOUT):
         return
-    if transport is None:
-        return
-    connection.transport = transport
-    client.upgraded_to_tls(transport)
-    connection.session.upgraded_to_tls()
+    client = connection.client
     client.queue_response(OK)
     client.flush()
     _start_compression(connection, identity)
 
 
-def _start_compression(connection: ConnectionV2, identity: Identity) -> None:
+def _start_compression(connection: Connection, identity: Identity) -> None:
     """Compression from here on, both ways."""
     if identity.snappy or identity.deflate:
         client = connection.client
