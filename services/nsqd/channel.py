@@ -4,13 +4,10 @@ Invariants:
 - a message is in exactly one place: the channel's queue (memory, then disk), in flight (delivered, owned by one
   consumer) or deferred (in the queue's deferred store);
 - a consumer receives only while it has room (``Consumer.room``: RDY is a window, not a counter);
-- ``_ready`` holds the subscribed consumers that had room when they last told the channel, so delivery never scans
-  all consumers; one that lost its room since is dropped from it when delivery comes to it. A memory-first queue
-  only holds messages while no consumer has room (or the channel is paused); a disk-through one passes every
-  message through the disk on its way to a consumer.
+- delivery goes to the ``ready`` consumers (consumers.py), never a scan of all of them.
 Depth counts the queue (memory and disk); in-flight and deferred messages are reported separately, as NSQ does.
-What the queue does with a message (handed over at once, or through the disk; kept in memory when the disk refuses
-one accepted earlier) is its kind's business (message_queue.py): the channel never asks which kind it has.
+What the queue does with a message (held only while no consumer has room, or passed through the disk) is its kind's
+business (message_queue.py): the channel never asks which kind it has.
 
 With a message TTL (``ttl_ns``: ``--msg-ttl`` or the topic's own), a message older than it is never delivered: it
 is dropped and counted (``expired_count``) when it is taken from the queue to be delivered. With an attempts limit
@@ -26,11 +23,12 @@ messages is told to its recorder (recorder.py), which storage chose for it.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 from nsqclient.protocol.names import is_ephemeral
 
 from . import topology
+from .consumers import Consumer, ReadyConsumers
 from .deadline_queue import DeadlineQueue
 from .latency_window import LatencyWindow
 from .message import ATTEMPTS, BODY, ID, TIMESTAMP, InFlightMessage, QueuedMessage, decode
@@ -42,38 +40,6 @@ if TYPE_CHECKING:
     from .options import Options
     from .recorder import ChannelRecorder
     from .storage import Storage
-
-
-class Consumer(Hashable, Protocol):
-    """A subscribed client as its channel sees it (``client.Client``)."""
-
-    id: int
-    msg_timeout: float
-    sample_rate: int
-    output_buffer_size: int
-    locality: int  # how near it is (topology.py)
-
-    @property
-    def room(self) -> int:
-        """How many more messages it may receive now."""
-
-    def send_message(self, msg: InFlightMessage) -> None: ...
-
-    def send_messages(self, messages: list[InFlightMessage]) -> None: ...
-
-    def finished(self, count: int) -> None: ...
-
-    def requeued(self) -> None: ...
-
-    def timed_out(self) -> None: ...
-
-    def emptied(self) -> None:
-        """The channel dropped every message, the ones in flight to it included."""
-
-    def close(self) -> None: ...
-
-    def stats(self) -> dict[str, Any]:
-        """Its object in /stats."""
 
 
 class ChannelError(Exception):
@@ -96,19 +62,13 @@ class Channel:
         self.exiting = False
         self.in_flight: DeadlineQueue[InFlightMessage] = DeadlineQueue()
         self.clients: dict[int, Consumer] = {}
-        self._ready: dict[Consumer, None] = {}
+        self.ready = ReadyConsumers(topology.enabled(opts))
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
         self.expired_count = 0
         self.dead_letter_count = 0
         self.ttl_ns = round(opts.msg_ttl * 1e9)  # the topic sets its own
-        # deliveries to consumers, by how near they were (topology.py): NSQ's global_msg_count, and with topology-
-        # aware delivery its zone_local_msg_count and region_local_msg_count
-        self.delivered_count = 0
-        self.zone_local_count = 0
-        self.region_local_count = 0
-        self._topology_aware = topology.enabled(opts)
         self._opts = opts
         self._on_last_client_gone = on_last_client_gone
         self.recorder = recorder
@@ -148,7 +108,7 @@ class Channel:
         QueueFull) is raised and they are not this channel's."""
         queued = self.queue.accept(entries, self._deliver_now)
         self.message_count += len(entries)
-        if queued and self._ready:
+        if queued and self.ready:
             self._drain()  # what was queued goes to the consumers with room (a disk-through queue's: all of it)
 
     def publish_deferred(self, entry: QueuedMessage, delay: float, now: float) -> None:
@@ -199,54 +159,21 @@ class Channel:
 
     def _put_all(self, entries: list[QueuedMessage]) -> None:
         """Messages accepted earlier: delivered, or queued."""
-        if self.queue.put(entries, self._deliver_now) and self._ready:
+        if self.queue.put(entries, self._deliver_now) and self.ready:
             self._drain()
 
     def _deliver_now(self, entries: list[QueuedMessage]) -> int:
         """Delivers ``entries`` in order while a consumer has room; how many it delivered."""
-        if not self._ready or self.paused:
+        ready = self.ready
+        if not ready or self.paused:
             return 0
         now, deliver = time.monotonic(), self._deliver
         for index, entry in enumerate(entries):
-            consumer = self._next_consumer()
+            consumer = ready.next()
             if consumer is None:
                 return index
             deliver(consumer, entry, now)
         return len(entries)
-
-    def _next_consumer(self) -> Consumer | None:
-        """The next consumer with room, round robin (among the nearest, with topology-aware delivery). One that lost
-        its room since it was listed leaves the list here: a consumer tells the channel when it gains room, not when
-        it loses it."""
-        ready = self._ready
-        if self._topology_aware:
-            return self._nearest_consumer()
-        while ready:
-            consumer = next(iter(ready))
-            if consumer.room > 0:
-                return consumer
-            del ready[consumer]
-        return None
-
-    def _nearest_consumer(self) -> Consumer | None:
-        ready, nearest = self._ready, None
-        for consumer in list(ready):
-            if consumer.room <= 0:
-                del ready[consumer]
-            elif nearest is None or consumer.locality > nearest.locality:
-                nearest = consumer
-                if consumer.locality == topology.ZONE:
-                    break
-        return nearest
-
-    def _count_delivered(self, consumer: Consumer, count: int) -> None:
-        locality = consumer.locality
-        if locality == topology.ELSEWHERE:
-            self.delivered_count += count
-        elif locality == topology.ZONE:
-            self.zone_local_count += count
-        else:
-            self.region_local_count += count
 
     def _deliver(self, consumer: Consumer, entry: QueuedMessage, now: float) -> None:
         if consumer.sample_rate and _percentile() > consumer.sample_rate:
@@ -256,16 +183,9 @@ class Channel:
         if (self.ttl_ns or self.max_attempts) and not self._deliverable([entry]):
             return
         msg = InFlightMessage(entry, consumer, now, now + consumer.msg_timeout)
-        if self._topology_aware:
-            self._count_delivered(consumer, 1)
-        else:
-            self.delivered_count += 1
+        self.ready.delivered(consumer, 1)
         self.in_flight.push(msg)
         consumer.send_message(msg)
-        ready = self._ready
-        if len(ready) > 1 and consumer in ready:
-            del ready[consumer]
-            ready[consumer] = None  # round robin among consumers with room
 
     def _deliverable(self, entries: list[QueuedMessage]) -> list[QueuedMessage]:
         """``entries`` but the ones past the TTL (dropped, or parked with an attempts limit) and the ones delivered
@@ -319,18 +239,16 @@ class Channel:
 
     def room_in_clients(self) -> int:
         """How many messages the consumers with room would take right now."""
-        if self.paused:
-            return 0
-        return sum(consumer.room for consumer in self._ready)
+        return 0 if self.paused else self.ready.room()
 
     def _drain(self) -> None:
         """Consumers with room take from the queue (memory, then disk) until none has room or it is empty."""
-        ready = self._ready
+        ready = self.ready
         if not ready or self.paused:
             return
         memory = self.queue.memory
         now = time.monotonic()
-        while (consumer := self._next_consumer()) is not None:
+        while (consumer := ready.next()) is not None:
             # from disk, what the consumers with room can take (up to 1024)
             if not memory and not self.queue.fill_memory(min(1024, max(1, self.room_in_clients()))):
                 break
@@ -355,10 +273,7 @@ class Channel:
             messages = [InFlightMessage(entry, consumer, now, deadline) for entry in entries]
         else:
             messages = [InFlightMessage(memory.popleft(), consumer, now, deadline) for _ in range(count)]
-        if self._topology_aware:
-            self._count_delivered(consumer, count)
-        else:
-            self.delivered_count += count
+        self.ready.delivered(consumer, count)
         self.in_flight.push_all(messages)
         consumer.send_messages(messages)
 
@@ -376,7 +291,7 @@ class Channel:
         """The consumer's messages in flight stay in flight and time out (NSQ does the same)."""
         if self.clients.pop(consumer.id, None) is None:
             return
-        self._ready.pop(consumer, None)
+        self.ready.discard(consumer)
         if self.ephemeral and not self.clients and not self.exiting:
             self._on_last_client_gone(self)
 
@@ -384,11 +299,11 @@ class Channel:
         """Call after anything that changes ``consumer``'s room (RDY, CLS, FIN, REQ, a drained socket): with room it
         takes what the queue holds, without it leaves the ready ones."""
         if consumer.room > 0 and consumer.id in self.clients:
-            self._ready[consumer] = None
+            self.ready.add(consumer)
             if self.queue:
                 self._drain()
         else:
-            self._ready.pop(consumer, None)
+            self.ready.discard(consumer)
 
     # -- acknowledgements -----------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import struct
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from .channel import Consumer
+    from .consumers import Consumer
 
 # a message waiting in a topic or a channel: (id, body, timestamp ns, attempts so far), read by these positions
 QueuedMessage = tuple[bytes, bytes, int, int]

@@ -147,12 +147,13 @@ def channel_stats(channel: Channel, opts: Options, include_clients: bool, now: f
         "message_count": channel.message_count,
     }
     # omitted when 0, as NSQ does
-    if channel.zone_local_count:
-        stats["zone_local_msg_count"] = channel.zone_local_count
-    if channel.region_local_count:
-        stats["region_local_msg_count"] = channel.region_local_count
-    if channel.delivered_count:
-        stats["global_msg_count"] = channel.delivered_count
+    deliveries = channel.ready
+    if deliveries.zone_local_count:
+        stats["zone_local_msg_count"] = deliveries.zone_local_count
+    if deliveries.region_local_count:
+        stats["region_local_msg_count"] = deliveries.region_local_count
+    if deliveries.delivered_count:
+        stats["global_msg_count"] = deliveries.delivered_count
     stats.update({
         "requeue_count": channel.requeue_count, "timeout_count": channel.timeout_count,
         "client_count": len(channel.clients), "clients": clients, "paused": channel.paused,
