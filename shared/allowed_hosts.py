@@ -18,6 +18,11 @@ from collections.abc import Iterable
 
 from nsqclient.addresses import split_host_port
 
+# the help of nsqd's and lookupd's --http-allowed-host
+ALLOWED_HOST_HELP = ("a name requests may give as their Host, beyond localhost, the hostname, the broadcast address "
+                     "and the listen addresses (IP addresses always may): against DNS rebinding (may be given "
+                     "multiple times; * allows any, as NSQ does)")
+
 HOST_REFUSED_CODE = "HOST_NOT_ALLOWED"
 ANY = "*"
 

@@ -22,6 +22,11 @@ FRAME_DENY_HEADERS = (("Content-Security-Policy", "frame-ancestors 'none'"), ("X
 
 CROSS_SITE_CODE = "CROSS_SITE_REQUEST"
 
+# the help of nsqd's and lookupd's --http-allow-cross-site
+ALLOW_CROSS_SITE_HELP = ("serve the state-changing HTTP requests (POST, PUT) a browser sends for another site's page, "
+                         "and let other sites frame these pages, as NSQ does (otherwise: 403 CROSS_SITE_REQUEST, no "
+                         "framing)")
+
 
 def cross_site_source(method: str, fetch_site: str | None, origin: str | None, hosts: Iterable[str],
                       trusted_origins: Collection[str] = ()) -> str | None:

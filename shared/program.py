@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from nsqclient.event_loop import install_uvloop
 
+from .compiled import stale_loaded
 from .flags import FlagError, HelpRequested, option, parse_command_line, usage
 from .log_format import configure
 
@@ -52,6 +53,9 @@ def run(program: str, options_type: type[O], version_line: str, make_service: Ca
     if opts is None:
         return
     configure(program, opts.log_prefix, opts.log_level)
+    for module in stale_loaded():
+        logging.getLogger(program).warning("%s: its compiled module is older than its source, which does not run "
+                                           "(make compile)", module)
     try:
         asyncio.run(_serve(make_service(opts), started))
     except startup_errors as error:

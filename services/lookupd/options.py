@@ -7,6 +7,9 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from nsqclient.addresses import split_host_port
+from shared.allowed_hosts import ALLOWED_HOST_HELP
+from shared.cross_site import ALLOW_CROSS_SITE_HELP
 from shared.flags import FlagError, option
 from shared.program import ProgramOptions
 
@@ -32,17 +35,19 @@ class Options(ProgramOptions):
     tls_root_ca_file: str = option("", "path to certificate authority file: nsqds must present a certificate it "
                                        "signed (implies --tls-required)")
     tls_required: bool = option(False, "refuse registrations that are not over TLS")
-    http_allow_cross_site: bool = option(False, "serve the state-changing HTTP requests (POST, PUT) a browser "
-                                                "sends for another site's page, and let other sites frame these "
-                                                "pages, as NSQ does (otherwise: 403 CROSS_SITE_REQUEST, no framing)")
-    http_allowed_host: list[str] = option([], "a name requests may give as their Host, beyond localhost, the "
-                                              "hostname, the broadcast address and the listen addresses (IP "
-                                              "addresses always may): against DNS rebinding (may be given "
-                                              "multiple times; * allows any, as NSQ does)")
+    http_allow_cross_site: bool = option(False, ALLOW_CROSS_SITE_HELP)
+    http_allowed_host: list[str] = option([], ALLOWED_HOST_HELP)
 
     def validate(self) -> None:
         """Raises FlagError naming the flag at fault."""
         super().validate()
+        for flag, address in (("--tcp-address", self.tcp_address), ("--http-address", self.http_address),
+                              ("--external-http-address", self.external_http_address)):
+            if address:
+                try:
+                    split_host_port(address)
+                except ValueError:  # a unix socket's path among them: lookupd listens on TCP alone, as NSQ's does
+                    raise FlagError(f"{flag} {address!r} must be <addr>:<port>") from None
         if bool(self.tls_cert) != bool(self.tls_key):
             raise FlagError("--tls-cert and --tls-key must be given together")
         if self.tls_root_ca_file and not self.tls_cert:

@@ -9,11 +9,11 @@ flight or deferred reads them again at its next start: duplicates of the ones fi
 from __future__ import annotations
 
 from itertools import accumulate, count, repeat
-from typing import Callable
+from typing import Callable, ClassVar
 
 
 class HeldRecords:
-    holds = True
+    holds: ClassVar[bool] = True
 
     def __init__(self, key: Callable[[bytes], bytes]) -> None:
         self.key = key
@@ -60,7 +60,7 @@ class HeldRecords:
 class NotHeld(HeldRecords):
     """A queue that holds nothing it hands out (every queue but a channel's at ``--mem-queue-size=0``)."""
 
-    holds = False
+    holds: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__(lambda payload: payload)

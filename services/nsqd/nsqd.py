@@ -36,7 +36,6 @@ from .listener_context import ListenerContext
 from .protocol_v2 import ConnectionV2
 from .queue_scan import QueueScanner
 from .stats import GCPauses, collect
-from .statsd import StatsdPusher, expand_prefix
 from .storage import Storage
 from .topic import Topic
 
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
     from .node_id_check import NodeIdCheck
     from .recorder import Recording
     from .replication.node import Replication
+    from .statsd import StatsdPusher
 
 log = logging.getLogger("nsqd")
 
@@ -329,6 +329,8 @@ class NSQD:
                              opts.external_broadcast_address, opts.http_address, opts.https_address)
 
     def _start_statsd(self) -> None:
+        from .statsd import StatsdPusher, expand_prefix  # only with --statsd-address
+
         opts = self.opts
         prefix = expand_prefix(opts.statsd_prefix, opts.broadcast_address,
                                self.broadcast_http_port())

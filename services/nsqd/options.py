@@ -7,6 +7,8 @@ import zlib
 from dataclasses import dataclass
 
 from nsqclient.addresses import split_host_port
+from shared.allowed_hosts import ALLOWED_HOST_HELP
+from shared.cross_site import ALLOW_CROSS_SITE_HELP
 from shared.flags import FlagError, format_duration, option
 from shared.program import ProgramOptions
 
@@ -142,13 +144,8 @@ class Options(ProgramOptions):
                                              "--replication-factor)")
     replication_timeout: float = option(5.0, "how long a publish waits for a mirror before the mirror is out of "
                                              "sync", kind="duration")
-    http_allow_cross_site: bool = option(False, "serve the state-changing HTTP requests (POST, PUT) a browser "
-                                                "sends for another site's page, and let other sites frame these "
-                                                "pages, as NSQ does (otherwise: 403 CROSS_SITE_REQUEST, no framing)")
-    http_allowed_host: list[str] = option([], "a name requests may give as their Host, beyond localhost, the "
-                                              "hostname, the broadcast address and the listen addresses (IP "
-                                              "addresses always may): against DNS rebinding (may be given "
-                                              "multiple times; * allows any, as NSQ does)")
+    http_allow_cross_site: bool = option(False, ALLOW_CROSS_SITE_HELP)
+    http_allowed_host: list[str] = option([], ALLOWED_HOST_HELP)
 
     def validate(self) -> None:
         """Raises FlagError naming the flag at fault."""

@@ -100,7 +100,7 @@ class Etcd:
         except EtcdUnavailable:
             raise
         except EtcdError as error:
-            if "lease not found" in str(error):
+            if error.code == messages.NOT_FOUND:
                 return 0
             raise
         return messages.keep_alive_ttl(answer)
@@ -112,7 +112,7 @@ class Etcd:
         except EtcdUnavailable:
             raise
         except EtcdError as error:
-            if "lease not found" not in str(error):
+            if error.code != messages.NOT_FOUND:
                 raise
 
     # -- watches -------------------------------------------------------------------------------------------------

@@ -17,7 +17,15 @@ Json = dict[str, Any]
 
 
 class EtcdError(Exception):
-    """etcd refused a request (its ``error`` or ``message`` text), or answered in a shape not understood."""
+    """etcd refused a request (its ``error`` or ``message`` text, and the gRPC status ``code`` it gave, if any), or
+    answered in a shape not understood."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+NOT_FOUND = 5  # gRPC's status code, as etcd gives it for a lease that is not there
 
 
 @dataclass(frozen=True)
@@ -144,10 +152,14 @@ def check(answer: Json) -> Json:
         raise EtcdError(f"unexpected answer {answer!r}")
     error = answer.get("error")
     if isinstance(error, dict):  # a stream's error frame
-        raise EtcdError(str(error.get("message") or error))
+        raise EtcdError(str(error.get("message") or error), _code(error.get("grpc_code")))
     if error is not None or ("code" in answer and "message" in answer):
-        raise EtcdError(str(answer.get("message") or error))
+        raise EtcdError(str(answer.get("message") or error), _code(answer.get("code")))
     return answer
+
+
+def _code(value: object) -> int | None:
+    return value if isinstance(value, int) else None
 
 
 def revision(answer: Json) -> int:

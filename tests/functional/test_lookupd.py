@@ -226,6 +226,19 @@ def test_version_and_drop_in_flags() -> None:
     assert result.stdout.startswith("nsqlookupd v1.3.0 (built w/python3.11")
 
 
+@pytest.mark.parametrize("flag", ["--tcp-address=/some/path", "--http-address=4161"])
+def test_an_address_that_is_not_host_and_port_is_a_flag_error(flag: str) -> None:
+    import subprocess
+    import sys
+
+    from harness.processes import ROOT
+    result = subprocess.run([sys.executable, "-m", "services.lookupd", flag], cwd=ROOT, capture_output=True,
+                            text=True, timeout=30)
+    name, value = flag.split("=")
+    assert result.returncode == 2
+    assert result.stderr == f"nsqlookupd: {name} {value!r} must be <addr>:<port>\n"  # no traceback
+
+
 def test_metrics(lookupd: NSQDProcess) -> None:
     nsqd = V1Client(lookupd)
     nsqd.identify()

@@ -52,12 +52,18 @@ def test_range_answers_with_int64_strings_and_zero_fields_left_out() -> None:
     assert messages.key_values({"header": {"revision": "9"}}) == []
 
 
-def test_errors_carry_etcds_words() -> None:
-    with pytest.raises(EtcdError, match="requested lease not found"):
+def test_errors_carry_etcds_words_and_code() -> None:
+    with pytest.raises(EtcdError, match="requested lease not found") as refused:
         messages.check({"error": "etcdserver: requested lease not found", "code": 5,
                         "message": "etcdserver: requested lease not found"})
-    with pytest.raises(EtcdError, match="unexpected answer"):
+    assert refused.value.code == messages.NOT_FOUND
+    with pytest.raises(EtcdError, match="lease not found") as in_a_stream:  # a stream's error frame
+        messages.check({"error": {"grpc_code": 5, "http_code": 404, "message": "etcdserver: requested lease not found",
+                                  "http_status": "Not Found"}})
+    assert in_a_stream.value.code == messages.NOT_FOUND
+    with pytest.raises(EtcdError, match="unexpected answer") as unexpected:
         messages.check([])  # type: ignore[arg-type]
+    assert unexpected.value.code is None
 
 
 def test_leases_and_keep_alives() -> None:
