@@ -6,27 +6,21 @@ Files, in ``--data-path``::
                                     would be passed; a file is deleted once read to its end
     <name>.diskqueue.meta.dat       "depth\\nreadFile,readPos\\nwriteFile,writePos\\n", replaced atomically
 
-The queue itself does no waiting: ``put`` writes its records with one ``write`` (so a message that got OK is in the
-operating system's hands and survives the process being killed), ``read`` returns what is there. Making it
-durable against a power cut is ``sync_job()``: the fsync and the metadata write, packaged to run off the event
-loop. Because the metadata is only written at syncs, a restart trusts the files over it: records found past the
-recorded write position are recovered, and a torn record at the end of the last file is cut off. A record that
-cannot be read (a size out of bounds, a file that ends mid-record) makes its file ``.bad``, and reading goes on.
+``put`` writes its records with one ``write`` (a message that got OK survives the process being killed), ``read``
+returns what is there; ``sync_job()`` (the fsync and the metadata write, run off the event loop) makes them durable
+against a power cut. A restart trusts the files over the metadata: records past the recorded write position are
+recovered, a torn record at the end is cut off, and a record that cannot be read makes its file ``.bad``.
 
-A full disk: a put is all or nothing (``_take_back``); files done are deleted even when the disk has no room for
-the metadata that should stop naming them first (a restart goes on past a named file that is gone); and a put
-refused while the write file is read to its end goes on in a new file (``_fresh_file_for``), so that a disk filled
-inside one file gets its space back (NSQ keeps writing to that file).
+A full disk: a put is all or nothing (``_take_back``); files done are deleted even when there is no room for the
+metadata that should stop naming them first (a restart goes on past a named file that is gone). A write file read to
+its end and finished leaves its space behind (NSQ keeps writing to it): a put the disk refuses then goes on in a new
+file (``_fresh_file_for``), as does a sync once the disk refused room or the file passed ``ROLL_DRAINED_AT``
+(``_roll_drained``); the file read goes at that sync.
 
 A queue that holds what it hands out until it is finished (``hold_key``, a channel's at ``--mem-queue-size=0``)
 keeps every record it read until ``release(key)``, and starts a restart from the oldest still held
-(held_records.py).
-
-A cap (``max_bytes``, ``--max-bytes-per-queue``, queue_cap.py) bounds the bytes of the records waiting to be read:
-a write that would pass it raises ``QueueFull``, or with ``drop_oldest`` the oldest records are dropped (counted).
-
-The segment files are read and written by segment_files.py; deferred messages have a file of their own
-(deferred_file.py).
+(held_records.py). A cap (``--max-bytes-per-queue``, queue_cap.py) bounds the bytes waiting to be read.
+Segment files are read and written by segment_files.py; deferred messages have deferred_file.py.
 """
 
 from __future__ import annotations
@@ -44,10 +38,14 @@ from . import disk_queue_meta
 from .held_records import NOT_HELD, HeldRecords
 from .queue_cap import QueueCap
 from .disk_queue_meta import Positions
-from .segment_files import (MIN_RECORD, SIZE, SegmentFiles, SegmentReader, delete, read_span, whole_records,
+from .segment_files import (MIN_RECORD, SIZE, SegmentFiles, SegmentReader, delete, read_span, recover_tail,
                             write_whole)
 
 log = logging.getLogger("nsqd")
+
+# a write file read to its end and finished is left for a new one at a sync once past this size (far below NSQ's
+# 100 MB --max-bytes-per-file), so that its space comes back, though never a file per message
+ROLL_DRAINED_AT = 1 << 20
 
 
 class DiskQueue:
@@ -68,6 +66,7 @@ class DiskQueue:
         self._held = HeldRecords(hold_key) if hold_key is not None else NOT_HELD
         self._write_fd: int | None = None
         self._reader: SegmentReader | None = None
+        self._room_refused = False  # the disk refused a write since the write file was started
         self._deleted = False
         self._recover_tail()
         self._cap = QueueCap(name, max_bytes, drop_oldest)
@@ -169,9 +168,7 @@ class DiskQueue:
         """Back to the positions ``before`` a put the disk refused part of: the files it started are deleted, the
         one it started in is cut back. Metadata a roll wrote meanwhile names a write file that is gone: the next
         sync replaces it, and a restart before that reads the file cut back to its end all the same."""
-        if self._write_fd is not None:
-            os.close(self._write_fd)
-            self._write_fd = None
+        self._close_write_file()
         for number in range(before.write_file + 1, self._positions.write_file + 1):
             self.file_path(number).unlink(missing_ok=True)
         with suppress(FileNotFoundError):  # refused before it was made
@@ -183,29 +180,48 @@ class DiskQueue:
         """After the disk ran out of room: if the write file is read to its end, writing goes on in a new file,
         and the one read is deleted once nothing in it is unfinished (at the roll's sync, or a later one). Whether
         it did: then the put is worth trying once more."""
-        positions = self._positions
-        if error.errno not in (errno.ENOSPC, errno.EDQUOT) or \
-                not (positions.read_file == positions.write_file and 0 < positions.write_pos <= positions.read_pos):
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
             return False
-        read = self.file_path(positions.write_file).name
+        self._room_refused = True
+        if not self._read_to_end():
+            return False
         if self._write_fd is not None:
             try:
                 os.fsync(self._write_fd)  # what it holds in flight stays as durable as it was to be
             except OSError:
                 return False
-            os.close(self._write_fd)
-            self._write_fd = None
-        self._close_reader()
-        positions.write_file += 1
-        positions.write_pos = positions.read_pos = 0
-        positions.read_file = positions.write_file
+        self._start_fresh_file()
         try:
             self.sync_job()()
         except OSError:
             # the new file is written to once the metadata names it (_open_write_file), never before
             return False
-        log.info("DISKQUEUE(%s): the disk is full and %s is read: going on in a new file", self.name, read)
         return True
+
+    def _read_to_end(self) -> bool:
+        positions = self._positions
+        return positions.read_file == positions.write_file and 0 < positions.write_pos <= positions.read_pos
+
+    def _start_fresh_file(self) -> None:
+        """Writing goes on in a new file, read from its start: the one read to its end is done with (deleted at a
+        sync, once nothing in it is unfinished)."""
+        if self._room_refused:
+            log.info("DISKQUEUE(%s): the disk is full and %s is read: going on in a new file", self.name,
+                     self.file_path(self._positions.write_file).name)
+        self._close_write_file()
+        self._close_reader()
+        positions = self._positions
+        positions.write_file += 1
+        positions.write_pos = positions.read_pos = 0
+        positions.read_file = positions.write_file
+        self._room_refused = False
+
+    def _roll_drained(self) -> None:
+        """At a sync: a write file read to its end, with nothing in it unfinished, is left for a new one once the
+        disk refused room or it passed ``ROLL_DRAINED_AT``, so that this sync gives its space back."""
+        if self._read_to_end() and not self._held and (self._room_refused
+                                                       or self._positions.write_pos >= ROLL_DRAINED_AT):
+            self._start_fresh_file()
 
     def _write(self, data: bytes, count: int) -> None:
         if not data:
@@ -224,12 +240,7 @@ class DiskQueue:
 
     def _make_room(self, size: int) -> None:
         """Drops the oldest records if the cap needs room for ``size`` bytes more (QueueFull if it refuses)."""
-        free = self._cap.to_free(self._bytes, size)
-        if free:
-            self._drop(free)
-
-    def _drop(self, size: int) -> None:
-        target = self._bytes - size
+        target = self._bytes - self._cap.to_free(self._bytes, size)
         while self._bytes > target:
             average = max(4 + MIN_RECORD, self._bytes // max(1, self._positions.depth))
             dropped = self.read((self._bytes - target) // average + 1)
@@ -260,8 +271,7 @@ class DiskQueue:
         records beyond the file the metadata names."""
         if self._write_fd is not None:
             os.fsync(self._write_fd)
-            os.close(self._write_fd)
-            self._write_fd = None
+        self._close_write_file()
         self._positions.write_file += 1
         self._positions.write_pos = 0
         self.sync_job()()
@@ -302,17 +312,12 @@ class DiskQueue:
         return payloads
 
     def peek_job(self, max_count: int) -> Callable[[], list[bytes]]:
-        """What ``read(max_count)`` would return now, as a job that reads it without moving anything (positions,
-        depth, held records, files): safe to run on another thread while the queue goes on. It reads the files
-        with readers of its own, up to the write position of now; a file deleted meanwhile (read to its end, found
-        bad, emptied) is skipped, and a record that cannot be read ends its file, as ``read`` would. It starts at
-        the read position: records held (in flight, or read and not handed out yet) are not among them."""
-        positions = self._positions
-        if positions.read_file == positions.write_file and positions.read_pos >= positions.write_pos:
-            return list
+        """What ``read(max_count)`` would return now, as a job that moves nothing and may run on another thread
+        while the queue goes on (``segment_files.read_span``): from the read position, so held records are not
+        among them."""
+        positions, max_record = replace(self._positions), self._max_record
         paths = [self.file_path(number) for number in range(positions.read_file, positions.write_file + 1)]
-        start, end = positions.read_pos, positions.write_pos
-        return lambda: read_span(paths, start, end, max_count, self._max_record)
+        return lambda: read_span(paths, positions.read_pos, positions.write_pos, max_count, max_record)
 
     def release(self, key: bytes) -> None:
         """The message read under ``key`` is finished (or safe elsewhere): a restart need not read it again."""
@@ -367,6 +372,7 @@ class DiskQueue:
     def sync_job(self) -> Callable[[], None]:
         """What a sync must do, as of now: fsync the write file, then replace the metadata. Safe to run on
         another thread while the queue goes on; the queue counts the operations as synced already."""
+        self._roll_drained()
         self._unsynced = 0
         # its own descriptor: the queue may close or roll its file while the job runs
         fd = os.dup(self._write_fd) if self._write_fd is not None else None
@@ -410,6 +416,9 @@ class DiskQueue:
     def release_files(self) -> None:
         """Closes the open files without syncing (what a killed process leaves behind)."""
         self._close_reader()
+        self._close_write_file()
+
+    def _close_write_file(self) -> None:
         if self._write_fd is not None:
             os.close(self._write_fd)
             self._write_fd = None
@@ -433,20 +442,9 @@ class DiskQueue:
     # -- start-up ----------------------------------------------------------------------------------------
 
     def _recover_tail(self) -> None:
-        """Records written after the last sync are in the write file past the recorded position: count them in,
-        and cut off a record the process was killed in the middle of."""
-        path = self.file_path(self._positions.write_file)
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            return
-        if size <= self._positions.write_pos:
-            return
-        end, recovered = whole_records(path, self._positions.write_pos, size, self._max_record)
-        if end < size:
-            log.warning("DISKQUEUE(%s): cutting %d bytes of a torn record off %s", self.name, size - end, path.name)
-            os.truncate(path, end)
-        if recovered:
-            log.info("DISKQUEUE(%s): recovered %d messages written after the last sync", self.name, recovered)
+        """Records written after the last sync are in the write file past the recorded position: counted in (a
+        record cut short by a kill is cut off)."""
+        end, recovered = recover_tail(self.name, self.file_path(self._positions.write_file),
+                                      self._positions.write_pos, self._max_record)
         self._positions.write_pos = end
         self._positions.depth += recovered

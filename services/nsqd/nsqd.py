@@ -393,6 +393,8 @@ class NSQD:
                         await loop.run_in_executor(self._disk_sync, queue.sync_job())
                     except OSError as error:
                         self.storage.health.write_failed(f"failed to sync {name}", error)
+                    else:
+                        self.storage.health.write_succeeded()  # the disk takes writes again
 
     async def persist_metadata(self) -> None:
         """Writes nsqd.dat now (off the event loop). One write at a time, each taking its snapshot when its turn

@@ -126,7 +126,8 @@ def write_whole(fd: int, data: bytes, start: int) -> None:
 
 def read_span(paths: list[Path], start: int, end: int, max_count: int, max_record: int) -> list[bytes]:
     """Up to ``max_count`` payloads from the files ``paths`` in order: the first from ``start``, the last up to
-    ``end``. A file that is gone is skipped, and a record that cannot be read ends its file."""
+    ``end``, with readers of its own. A file that is gone (deleted meanwhile: read to its end, found bad, emptied) is
+    skipped, and a record that cannot be read ends its file, as a queue's read would."""
     payloads: list[bytes] = []
     for index, path in enumerate(paths):
         if len(payloads) >= max_count:
@@ -155,3 +156,21 @@ def whole_records(path: Path, start: int, end: int, max_record: int) -> tuple[in
         return reader.position, records
     finally:
         reader.close()
+
+
+def recover_tail(name: str, path: Path, recorded_end: int, max_record: int) -> tuple[int, int]:
+    """Where queue ``name``'s write file ``path`` ends and how many records lie past ``recorded_end`` (written after the last
+    sync): a record cut short at the end (the process killed in the middle of it) is cut off the file."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return recorded_end, 0
+    if size <= recorded_end:
+        return recorded_end, 0
+    end, recovered = whole_records(path, recorded_end, size, max_record)
+    if end < size:
+        log.warning("DISKQUEUE(%s): cutting %d bytes of a torn record off %s", name, size - end, path.name)
+        os.truncate(path, end)
+    if recovered:
+        log.info("DISKQUEUE(%s): recovered %d messages written after the last sync", name, recovered)
+    return end, recovered

@@ -28,7 +28,7 @@ from harness.full_disk import (
 )
 from harness.processes import FAST_SCAN, start_admin, start_nsqd, wait_for
 from harness.wire import WireClient
-from services.nsqd.disk_queue import DiskQueue
+from services.nsqd.disk_queue import ROLL_DRAINED_AT, DiskQueue
 
 
 @pytest.fixture
@@ -221,6 +221,58 @@ async def test_an_nsqd_whose_disk_filled_inside_one_file_publishes_again_once_it
                  what="a publish accepted again")
         assert nsqd.http("GET", "/ping")[::2] == (200, b"OK")
         assert set(await drain(consumer, set(after))) == set(after)
+        await consumer.close()
+    finally:
+        nsqd.stop()
+
+
+def test_a_file_read_and_finished_gives_its_space_back_at_the_next_sync(small_disk: Path) -> None:
+    """No put needed: once the disk refused one, the next sync after the write file is read and finished starts a
+    new file and deletes the one read; past ``ROLL_DRAINED_AT`` it does so though the disk never filled."""
+    queue = DiskQueue("q", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20, sync_every=1,
+                      hold_key=lambda payload: payload[:16])
+    taken = filled_inside_one_file(queue)
+    assert queue.read(len(taken)) == taken
+    queue.sync_job()()
+    assert len(queue_files(small_disk)) == 1  # in flight: kept
+    for payload in taken:
+        queue.release(payload[:16])
+    queue.sync_job()()  # nsqd's next sync
+    assert queue_files(small_disk) == []
+    queue.put([body(b"after", 100 * 1024)])
+    roomy = DiskQueue("r", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20, sync_every=1)
+    small = [body(b"%d" % n, 1000) for n in range(ROLL_DRAINED_AT // 1000 // 2)]
+    roomy.put(small)
+    assert roomy.read(len(small)) == small
+    roomy.sync_job()()
+    assert len(list(small_disk.glob("r.diskqueue.0*.dat"))) == 1  # under the threshold: a file per message never
+    roomy.put(small * 2)
+    assert len(roomy.read(len(small) * 2)) == len(small) * 2
+    roomy.sync_job()()
+    assert list(small_disk.glob("r.diskqueue.0*.dat")) == []
+    for opened in (queue, roomy):
+        opened.close()
+    restarted = DiskQueue("q", small_disk, max_bytes_per_file=100 * 1024 * 1024, max_msg_size=1 << 20,
+                          sync_every=1, hold_key=lambda payload: payload[:16])
+    assert restarted.read(len(taken)) == [body(b"after", 100 * 1024)]
+    restarted.close()
+
+
+async def test_an_nsqd_at_nsqs_defaults_gives_a_full_disk_back_once_its_consumer_finished(small_disk: Path) -> None:
+    """NSQ's default --max-bytes-per-file (100 MB), --sync-every and --sync-timeout on a 6 MB disk, every message
+    through it (--mem-queue-size=0): once a consumer has finished everything the disk took, the file goes and /ping
+    says OK again, with no publish and no restart."""
+    nsqd = start_nsqd("--mem-queue-size=0", data_path=small_disk)
+    try:
+        assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
+        assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
+        consumer = await WireClient.connect(nsqd.tcp_address)
+        await consumer.subscribe("t", "c", rdy=0)
+        acknowledged, _ = await publish_until_refused(nsqd)
+        assert nsqd.http("GET", "/ping")[0] == 500
+        assert sum((await drain(consumer, set(acknowledged))).values()) == len(acknowledged)
+        wait_for(lambda: not list(small_disk.glob("t:c.diskqueue.0*.dat")), what="the file read deleted")
+        wait_for(lambda: nsqd.http("GET", "/ping")[::2] == (200, b"OK"), what="/ping OK")
         await consumer.close()
     finally:
         nsqd.stop()
