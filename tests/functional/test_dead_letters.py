@@ -9,8 +9,9 @@ import json
 import signal
 from pathlib import Path
 
-from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd
+from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd, wait_for
 from harness.wire import WireClient
+from services.nsqd import disk_queue_meta
 
 
 async def requeue_every_delivery(nsqd: NSQDProcess, expected: int, more: bool = False) -> list[tuple[bytes, int]]:
@@ -43,7 +44,8 @@ async def test_a_message_past_its_attempts_is_parked_kept_across_a_crash_and_rep
         assert stats["max_attempts"] == 3
         metrics = nsqd.http("GET", "/metrics")[2].decode()
         assert 'nsq_channel_dead_letter_depth{channel="c",topic="t"} 2.0' in metrics
-        await asyncio.sleep(0.1)
+        # the channel's metadata records them gone from it (else a restart delivers them there again, too)
+        wait_for(lambda: disk_queue_meta.load("t:c", tmp_path).depth == 0, what="the channel's metadata synced")
         nsqd.process.send_signal(signal.SIGKILL)
     finally:
         nsqd.stop()

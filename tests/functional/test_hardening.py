@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from harness.processes import NSQDProcess, start_nsqd, wait_for_async
+from harness.processes import NSQDProcess, start_nsqd, wait_for, wait_for_async
 from harness.wire import WireClient
 from nsqclient.protocol.frames import (
     FRAME_TYPE_ERROR,
@@ -65,9 +65,10 @@ def test_client_closed_by_read_deadline_leaves_its_channel(nsqd: NSQDProcess) ->
     try:
         identify = json.dumps({"heartbeat_interval": 1000, "msg_timeout": 1000}).encode()
         consumer.sendall(MAGIC_V2 + encode_command(b"IDENTIFY", body=identify) + b"SUB t c\nRDY 100\n")
-        time.sleep(6)  # the read deadline (2 s) closed it; NSQ's write deadline would also have fired by now
-        channel = json.loads(nsqd.http("GET", "/stats?format=json")[2])["topics"][0]["channels"][0]
-        assert channel["client_count"] == 0, channel
+        wait_for(lambda: nsqd.channel_stats("t", "c").get("client_count") == 1, what="the consumer subscribed")
+        # the read deadline (2 heartbeats of 1 s) closes it, though its socket never drains
+        wait_for(lambda: nsqd.channel_stats("t", "c").get("client_count") == 0, timeout=10,
+                 what="the consumer gone from its channel")
     finally:
         consumer.close()
 

@@ -18,6 +18,7 @@ from harness.etcd import EtcdCluster
 from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd, wait_for
 from harness.pynsq import PynsqLoop
 from harness.wire import WireClient
+from nsqclient.protocol.frames import FRAME_TYPE_RESPONSE, Frame
 from tests.functional.test_replication import replication
 
 # long enough that the survivors, on a loaded machine, are not counted out too (they would come back as new
@@ -47,7 +48,10 @@ async def finish(nsqd: NSQDProcess, topic: str, channel: str, count: int) -> lis
         await consumer.command(b"FIN", message.id)
         bodies.append(message.body)
     await consumer.command(b"CLS")
-    await asyncio.sleep(0.2)
+    # answered after every FIN before it: nsqd has them all (the messages the freed window took meanwhile go back
+    # to the channel with the connection)
+    while await consumer.read_frame() != Frame(FRAME_TYPE_RESPONSE, b"CLOSE_WAIT"):
+        pass
     consumer.writer.close()
     await consumer.writer.wait_closed()
     return bodies

@@ -139,14 +139,19 @@ async def test_a_mirror_that_lost_what_it_held_is_sent_a_snapshot_and_counts_aga
     await asyncio.gather(*origin.set_mirrors({}))
 
 
-async def test_an_older_epoch_is_refused(mirror: Mirror) -> None:
+async def test_an_older_epoch_is_refused(mirror: Mirror, caplog: pytest.LogCaptureFixture) -> None:
     newer = Origin("a:4150", 2, min_in_sync=2, timeout=TIMEOUT)
     newer.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
     await until(lambda: newer.links["b:4150"].in_sync)
     older = Origin("a:4150", 1, min_in_sync=2, timeout=TIMEOUT)
     older.set_mirrors({"b:4150": f"127.0.0.1:{mirror.port}"})
-    await asyncio.sleep(0.3)
-    assert not older.links["b:4150"].in_sync
+
+    def refused() -> list[str]:  # what the mirror answered the older origin's link, as the link logs it
+        return [record.getMessage() for record in caplog.records
+                if record.getMessage().startswith("REPLICATION: link to b:4150") and "refused" in record.getMessage()]
+
+    await until(refused)
+    assert "epoch 1" in refused()[0] and not older.links["b:4150"].in_sync
     with pytest.raises(ReplicationError):
         await older.published("t", ("c",), 0, entries(1))
     assert mirror.stores["a:4150"].epoch == 2

@@ -60,7 +60,8 @@ def test_the_nearest_consumers_get_the_messages_while_they_have_room(
         assert {(c["topology_zone"], c["topology_region"]) for c in clients["clients"]} == {
             ("us-1b", "us-1"), ("eu-1c", "eu-1"), ("eu-1a", "eu-1")}
         await zone.stop()
-        await asyncio.sleep(0.2)
+        await wait_for_async(lambda: nsqd.channel_stats("orders", "archive").get("client_count") == 2, 5,
+                             "the zone's consumer gone")
         for number in range(10):
             nsqd.publish("orders", b"%d" % number)
         assert [await received(client) for client in (region, far)] == [10, 0]
