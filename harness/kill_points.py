@@ -4,21 +4,24 @@ needs strace and the right to trace (root here), skipped elsewhere."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+from pathlib import Path
 from types import TracebackType
 
 import pytest
 
 
 class KillPoint:
-    """While in use, the process ``pid`` dies on its ``nth`` ``syscall`` (``write``, ``rename``...) from now."""
+    """While in use, the process ``pid`` dies on its ``nth`` ``syscall`` (``write``, ``rename``...) from now; with
+    ``path``, only the calls on that file count (a socket's path is ``socket:[<inode>]``, see ``socket_to``)."""
 
-    def __init__(self, pid: int, syscall: str, nth: int) -> None:
+    def __init__(self, pid: int, syscall: str, nth: int, path: str | None = None) -> None:
         if shutil.which("strace") is None:
             pytest.skip("strace is not installed")
         self._command = ["strace", "-f", "-p", str(pid), "-o", "/dev/null", "-e", f"trace={syscall}",
-                         "-e", f"inject={syscall}:signal=SIGKILL:when={nth}"]
+                         "-e", f"inject={syscall}:signal=SIGKILL:when={nth}", *(["-P", path] if path else [])]
         self._strace: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> KillPoint:
@@ -41,3 +44,21 @@ class KillPoint:
             self._strace.wait()
         if self._strace.stderr is not None:
             self._strace.stderr.close()
+
+
+def socket_to(pid: int, port: int) -> str:
+    """The path (``socket:[<inode>]``) of the TCP connection process ``pid`` holds to ``port`` on IPv4 loopback."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote_port, inode = int(fields[2].split(":")[1], 16), fields[9]
+        if remote_port == port and inode in inodes:
+            return f"socket:[{inode}]"
+    raise AssertionError(f"process {pid} has no connection to port {port}")
