@@ -26,8 +26,13 @@ The path of a message, module by module:
   ``Channel.process_in_flight``; deferred ones (DPUB, REQ with a delay) wait in the queue's ``DeferredStore``
   until ``Channel.process_deferred`` queues them again.
 
-Who owns what: ``topic.py`` and ``channel.py`` the fan-out and delivery rules; ``message_queue.py`` the two kinds
-of queue; ``deferred_store.py`` deferred messages; ``storage.py`` which kind each queue is; ``disk_queue.py`` (with
-``segment_files.py``, ``disk_queue_meta.py``, ``held_records.py``, ``queue_cap.py``, ``deferred_file.py``) the
-files; ``client.py`` a connected client's window and output; ``stats.py`` the /stats view of it all.
+- What happens to a queue's messages is told to its recorder (``recorder.py``), which storage chose for it: the
+  null one, or replication's (``replication/records.py``), which makes it a record for the mirrors.
+
+Who owns what: ``topic.py`` and ``channel.py`` the fan-out and delivery rules (``consumers.py``: who is next);
+``message_queue.py`` the two kinds of queue; ``deferred_store.py`` deferred messages; ``storage.py`` which kind each
+queue is and what records it; ``disk_queue.py`` (with ``segment_files.py``, ``disk_queue_meta.py``,
+``held_records.py``, ``queue_cap.py``, ``deferred_file.py``) the files; ``client.py`` a connected client's window and
+output; ``stats.py`` the /stats view of it all; ``nsqd.py`` the composition root (lifecycle, listeners, the topic
+registry, lookupd, metadata), which starts replication (``replication/node.py``) only with ``--etcd-address``.
 """
