@@ -78,7 +78,7 @@ class ConnectionV2(asyncio.Protocol):
         log.info("TCP: new client(%s)", remote)
         self.heartbeats = Heartbeats(self._loop, self.client)
         self.heartbeats.start()
-        self._answers = PublishAnswers()
+        self._answers = PublishAnswers(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.client)
@@ -191,7 +191,7 @@ class ConnectionV2(asyncio.Protocol):
         answers = self._answers
         try:
             for request in requests:
-                if answers:  # publishes still to be answered: this one's answer goes after theirs
+                if len(answers):  # publishes still to be answered: this one's answer goes after theirs
                     kind = request.__class__
                     if kind is CreateTopic:  # a publish whose body is refused: its error follows, in order
                         HANDLERS[kind](self, request)
@@ -201,7 +201,7 @@ class ConnectionV2(asyncio.Protocol):
                         self.wait_for(answers.all_answered())
                         return
                     # refused: the error is answered in order below, and nothing after it runs
-                    answers.add(HANDLERS[kind](self, request), self)
+                    answers.add(HANDLERS[kind](self, request))
                     continue
                 try:
                     reply = HANDLERS[request.__class__](self, request)
@@ -212,7 +212,7 @@ class ConnectionV2(asyncio.Protocol):
                     continue
                 if reply.__class__ is not bytes:  # it waits for something (the mirrors, the auth server, ...)
                     if request.__class__ is Publish:  # the publishes after it go on meanwhile
-                        answers.add(reply, self)
+                        answers.add(reply)
                         continue
                     self.wait_for(self._answer_when_done(cast(Awaitable[bytes | None], reply)))
                     return
@@ -221,7 +221,7 @@ class ConnectionV2(asyncio.Protocol):
             if answers:  # answered, and the connection closed, once the publishes before it are
                 self.session.wait()
                 self.transport.pause_reading()
-                answers.add(error, self)
+                answers.add(error)
                 return
             self.answer_error(error)
             self.close()

@@ -35,10 +35,11 @@ class Answering(Protocol):
 
 
 class PublishAnswers:
-    """Held by its connection, which it is handed with each answer rather than holding it: a lost connection is
+    """Held by its connection, and holding it until ``cancel`` (when the connection is lost): a lost connection is
     then freed at once, not left in a cycle for the garbage collector."""
 
-    def __init__(self) -> None:
+    def __init__(self, connection: Answering) -> None:
+        self._connection: Answering | None = connection
         self._loop = asyncio.get_running_loop()
         self._answers: deque[asyncio.Future[bytes | None]] = deque()  # oldest first
         self._all_answered: asyncio.Future[None] | None = None
@@ -46,9 +47,8 @@ class PublishAnswers:
     def __len__(self) -> int:
         return len(self._answers)
 
-    def add(self, reply: object, connection: Answering) -> None:
-        """``reply`` (bytes, None, an error or an awaitable of bytes or None) is written to ``connection`` once every
-        earlier one is."""
+    def add(self, reply: object) -> None:
+        """``reply`` (bytes, None, an error or an awaitable of bytes or None) is written once every earlier one is."""
         if isinstance(reply, (bytes, ProtocolError)) or reply is None:
             answer: asyncio.Future[bytes | None] = self._loop.create_future()
             if isinstance(reply, ProtocolError):
@@ -58,10 +58,14 @@ class PublishAnswers:
         else:
             answer = asyncio.ensure_future(cast(Awaitable[bytes | None], reply))
         self._answers.append(answer)
-        answer.add_done_callback(lambda _: self._answered(connection))
+        answer.add_done_callback(self._answered)
 
     def cancel(self) -> None:
-        """The connection is gone: nothing more is answered."""
+        """The connection is gone, or closing: nothing more is answered."""
+        self._cancel_waiting()
+        self._connection = None
+
+    def _cancel_waiting(self) -> None:
         for answer in self._answers:
             answer.cancel()
         self._answers.clear()
@@ -71,12 +75,12 @@ class PublishAnswers:
             self._all_answered = self._loop.create_future()
             await self._all_answered
 
-    def _answered(self, connection: Answering) -> None:
+    def _answered(self, _: asyncio.Future[bytes | None]) -> None:
         """Writes the answers that are ready, oldest first; a refusal closes the connection."""
-        answers = self._answers
-        client = connection.client
-        if connection.is_closing():
+        connection, answers = self._connection, self._answers
+        if connection is None or connection.is_closing():
             return
+        client = connection.client
         while answers and answers[0].done():
             answer = answers.popleft()
             # only the connection cancels its answers, once they are out of the queue: anything else is a bug
@@ -91,7 +95,7 @@ class PublishAnswers:
                     connection.answer_error(error)
                 else:
                     log.error("[%s] - failed to process a command", client, exc_info=error)
-                self.cancel()
+                self._cancel_waiting()
                 connection.close()
                 break
         client.flush()
