@@ -40,7 +40,7 @@ from .storage import Storage
 from .topic import Topic
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import Iterator
 
     from .auth_client import AuthClient
     from .metrics import NSQDCollector
