@@ -203,8 +203,7 @@ class DiskQueue:
         return positions.read_file == positions.write_file and 0 < positions.write_pos <= positions.read_pos
 
     def _start_fresh_file(self) -> None:
-        """Writing goes on in a new file, read from its start: the one read to its end is done with (deleted at a
-        sync, once nothing in it is unfinished)."""
+        """Writing goes on in a new file, read from its start; the one read goes at a sync, once all finished."""
         if self._room_refused:
             log.info("DISKQUEUE(%s): the disk is full and %s is read: going on in a new file", self.name,
                      self.file_path(self._positions.write_file).name)
@@ -312,9 +311,10 @@ class DiskQueue:
         return payloads
 
     def peek_job(self, max_count: int) -> Callable[[], list[bytes]]:
-        """What ``read(max_count)`` would return now, as a job that moves nothing and may run on another thread
-        while the queue goes on (``segment_files.read_span``): from the read position, so held records are not
-        among them."""
+        """What ``read(max_count)`` would return now (held records not among them), as a job that moves nothing
+        and may run on another thread while the queue goes on (``segment_files.read_span``)."""
+        if not self._positions.depth:
+            return list  # nothing to read: no file opened for it (a snapshot asks every queue)
         positions, max_record = replace(self._positions), self._max_record
         paths = [self.file_path(number) for number in range(positions.read_file, positions.write_file + 1)]
         return lambda: read_span(paths, positions.read_pos, positions.write_pos, max_count, max_record)

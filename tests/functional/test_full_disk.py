@@ -26,7 +26,7 @@ from harness.full_disk import (
     tmpfs,
     unavailable,
 )
-from harness.processes import FAST_SCAN, start_admin, start_nsqd, wait_for
+from harness.processes import FAST_SCAN, NSQDProcess, start_admin, start_nsqd, wait_for
 from harness.wire import WireClient
 from services.nsqd.disk_queue import ROLL_DRAINED_AT, DiskQueue
 
@@ -202,20 +202,26 @@ def test_a_full_file_read_at_mem_queue_size_0_is_freed_once_its_messages_are_fin
     restarted.close()
 
 
+async def filled_then_drained(nsqd: NSQDProcess) -> WireClient:
+    """t/c's consumer, once the producer filled the disk (publishes refused, /ping unhealthy) and the consumer
+    finished every message acknowledged."""
+    assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
+    assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
+    consumer = await WireClient.connect(nsqd.tcp_address)
+    await consumer.subscribe("t", "c", rdy=0)
+    acknowledged, _ = await publish_until_refused(nsqd)
+    assert nsqd.http("GET", "/ping")[0] == 500
+    assert sum((await drain(consumer, set(acknowledged))).values()) == len(acknowledged)
+    return consumer
+
+
 async def test_an_nsqd_whose_disk_filled_inside_one_file_publishes_again_once_it_is_consumed(
         small_disk: Path) -> None:
     """The default --max-bytes-per-file (100 MB) on a 6 MB disk, every message through it (--mem-queue-size=0):
     once a consumer has finished everything, a publish is taken again and /ping says OK, without a restart."""
     nsqd = start_nsqd(*FAST_SCAN, "--sync-every=1", "--mem-queue-size=0", data_path=small_disk)
     try:
-        assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
-        assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
-        consumer = await WireClient.connect(nsqd.tcp_address)
-        await consumer.subscribe("t", "c", rdy=0)
-        acknowledged, _ = await publish_until_refused(nsqd)
-        assert nsqd.http("GET", "/ping")[0] == 500
-        received = await drain(consumer, set(acknowledged))
-        assert sum(received.values()) == len(acknowledged)
+        consumer = await filled_then_drained(nsqd)
         after = [body(b"after%d" % n) for n in range(BATCH)]
         wait_for(lambda: nsqd.http("POST", "/mpub?topic=t", b"\n".join(after))[0] == 200,
                  what="a publish accepted again")
@@ -264,13 +270,7 @@ async def test_an_nsqd_at_nsqs_defaults_gives_a_full_disk_back_once_its_consumer
     says OK again, with no publish and no restart."""
     nsqd = start_nsqd("--mem-queue-size=0", data_path=small_disk)
     try:
-        assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
-        assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
-        consumer = await WireClient.connect(nsqd.tcp_address)
-        await consumer.subscribe("t", "c", rdy=0)
-        acknowledged, _ = await publish_until_refused(nsqd)
-        assert nsqd.http("GET", "/ping")[0] == 500
-        assert sum((await drain(consumer, set(acknowledged))).values()) == len(acknowledged)
+        consumer = await filled_then_drained(nsqd)
         wait_for(lambda: not list(small_disk.glob("t:c.diskqueue.0*.dat")), what="the file read deleted")
         wait_for(lambda: nsqd.http("GET", "/ping")[::2] == (200, b"OK"), what="/ping OK")
         await consumer.close()
