@@ -26,6 +26,7 @@ from shared.protocol.commands import split_mpub
 from shared.protocol.errors import FatalClientError
 from shared.runtime_config import address_list, option_value, set_log_level
 
+from . import http_retention
 from .message import QueuedMessage
 from .topic import ReplicationError, Topic, TopicError, TopicFull
 
@@ -52,6 +53,8 @@ def build_router(nsqd: NSQD) -> Router:
         router.add("POST", f"/topic/{action}", getattr(api, f"topic_{action}"))
         router.add("POST", f"/channel/{action}", getattr(api, f"channel_{action}"))
     router.add("POST", "/topic/ttl", api.topic_ttl)
+    router.add("POST", "/topic/retention", api.topic_retention)
+    router.add("POST", "/channel/rewind", api.channel_rewind)
     router.add("POST", "/channel/dead_letter", api.channel_dead_letter)
     router.add("POST", "/channel/replay", api.channel_replay)
     router.add("GET", "/topic/peek", api.topic_peek)
@@ -297,10 +300,20 @@ class _API:
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
         return topic, name
 
-    def channel_create(self, request: Request) -> Response:
+    def channel_create(self, request: Request) -> Response | Awaitable[Response]:
+        """Beyond NSQ, ``since`` makes a new channel from the topic's history (http_retention.py)."""
         topic, name = self._channel_topic(request)
+        if "since" in request.query:
+            return http_retention.create_channel_since(self.nsqd, topic, name, request)
         topic.get_channel(name)
         return _EMPTY
+
+    def channel_rewind(self, request: Request) -> Awaitable[Response]:
+        topic, name = self._existing_channel(request)
+        return http_retention.rewind_channel(self.nsqd, topic, topic.channels[name], request)
+
+    def topic_retention(self, request: Request) -> Awaitable[Response]:
+        return http_retention.set_retention(self.nsqd, self._named_topic(request), request)
 
     def channel_delete(self, request: Request) -> Response:
         topic, name = self._existing_channel(request)

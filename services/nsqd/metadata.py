@@ -3,8 +3,9 @@ recreates them. NSQ's format::
 
     {"topics":[{"name":"t","paused":false,"channels":[{"name":"c","paused":false}]}],"version":"1.3.0"}
 
-Beyond NSQ, a topic with a message TTL of its own has ``"ttl":"1h0m0s"`` (a Go duration), a channel with an
-attempts limit of its own ``"max_attempts":5``; NSQ ignores both fields.
+Beyond NSQ, a topic with a message TTL of its own has ``"ttl":"1h0m0s"`` (a Go duration), one with retention
+settings of its own ``"retention_time":"168h0m0s"`` and ``"retention_bytes":N``, a channel with an attempts limit of
+its own ``"max_attempts":5``; NSQ ignores these fields.
 
 Ephemeral topics and channels are never written. The file is replaced atomically (``atomic_file``), so a crash
 leaves the old file or the new one, never half.
@@ -20,13 +21,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from nsqclient.protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
 from nsqclient.version import VERSION
 from shared.flags import format_duration, parse_duration
 
 from . import atomic_file
+from .retention import DEFAULT, RetentionSettings
 
 if TYPE_CHECKING:
     from .topic import Topic
@@ -55,24 +57,36 @@ class TopicMetadata:
     paused: bool = False
     channels: list[ChannelMetadata] = field(default_factory=list)
     ttl: float | None = None
+    retention: RetentionSettings = DEFAULT
 
 
-def snapshot(topics: dict[str, Topic]) -> list[TopicMetadata]:
-    """What nsqd.dat records of ``topics``; taken on the event loop, cheap."""
+def snapshot(topics: dict[str, Topic], retention: Mapping[str, RetentionSettings]) -> list[TopicMetadata]:
+    """What nsqd.dat records of ``topics`` (and their own ``retention`` settings); taken on the event loop, cheap."""
     return [TopicMetadata(topic.name, topic.paused,
                           [ChannelMetadata(channel.name, channel.paused, channel.own_max_attempts)
-                           for channel in topic.channels.values() if not channel.ephemeral], topic.ttl)
+                           for channel in topic.channels.values() if not channel.ephemeral], topic.ttl,
+                          retention.get(topic.name, DEFAULT))
             for topic in topics.values() if not topic.ephemeral]
 
 
 def save(data_path: Path, topics: list[TopicMetadata]) -> None:
     document = {"topics": [{"name": topic.name, "paused": topic.paused,
                             "channels": [_channel_document(channel) for channel in topic.channels],
-                            **({} if topic.ttl is None else {"ttl": format_duration(topic.ttl)})}
+                            **({} if topic.ttl is None else {"ttl": format_duration(topic.ttl)}),
+                            **_retention_document(topic.retention)}
                            for topic in topics],
                 "version": VERSION}
     atomic_file.replace(data_path / FILENAME, json.dumps(document, separators=(",", ":")).encode(),
                         sync_directory=True)
+
+
+def _retention_document(retention: RetentionSettings) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    if retention.time is not None:
+        document["retention_time"] = format_duration(retention.time)
+    if retention.bytes is not None:
+        document["retention_bytes"] = retention.bytes
+    return document
 
 
 def _channel_document(channel: ChannelMetadata) -> dict[str, Any]:
@@ -134,9 +148,11 @@ def _topic(raw: dict[str, Any]) -> TopicMetadata | None:
         max_attempts = channel.get("max_attempts")
         channels.append(ChannelMetadata(channel["name"], bool(channel.get("paused", False)),
                                         None if max_attempts is None else int(max_attempts)))
-    ttl = raw.get("ttl")
+    ttl, retention_time, retention_bytes = raw.get("ttl"), raw.get("retention_time"), raw.get("retention_bytes")
     return TopicMetadata(name, bool(raw.get("paused", False)), channels,
-                         None if ttl is None else parse_duration(ttl))
+                         None if ttl is None else parse_duration(ttl),
+                         RetentionSettings(None if retention_time is None else parse_duration(retention_time),
+                                           None if retention_bytes is None else int(retention_bytes)))
 
 
 class DataPathLock:

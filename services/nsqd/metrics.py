@@ -33,6 +33,10 @@ class NSQDCollector:
         topic_paused = gauge("nsq_topic_paused", "1 if the topic is paused", topic_labels)
         topic_dropped = counter("nsq_topic_dropped", "Messages discarded: by an ephemeral topic when full, or at "
                                 "--max-bytes-per-queue with drop-oldest", topic_labels)
+        retained = gauge("nsq_topic_retained", "Messages the topic retains for rewinds", topic_labels)
+        retained_bytes = gauge("nsq_topic_retained_bytes", "Bytes of the topic's retention files", topic_labels)
+        not_retained = counter("nsq_topic_retention_refused", "Messages published but not retained: no room on "
+                               "disk", topic_labels)
         depth = gauge("nsq_channel_depth", "Messages queued in the channel", channel_labels)
         in_flight = gauge("nsq_channel_in_flight", "Messages delivered and not yet acknowledged", channel_labels)
         deferred = gauge("nsq_channel_deferred", "Messages deferred", channel_labels)
@@ -55,6 +59,10 @@ class NSQDCollector:
             topic_bytes.add_metric([topic.name], topic.message_bytes)
             topic_paused.add_metric([topic.name], int(topic.paused))
             topic_dropped.add_metric([topic.name], topic.dropped_count)
+            if (retention := self._nsqd.retention.stats(topic.name)):
+                retained.add_metric([topic.name], retention["retained_count"])
+                retained_bytes.add_metric([topic.name], retention["retained_bytes"])
+                not_retained.add_metric([topic.name], retention["retention_refused_count"])
             for channel in list(topic.channels.values()):
                 labels = [topic.name, channel.name]
                 depth.add_metric(labels, channel.depth)
@@ -73,7 +81,8 @@ class NSQDCollector:
         connections.add_metric([], len(self._nsqd.connections))
         healthy = gauge("nsq_healthy", "1 while nsqd is healthy", [])
         healthy.add_metric([], int(self._nsqd.health == "OK"))
-        yield from (topic_depth, topic_messages, topic_bytes, topic_paused, topic_dropped, depth, in_flight, deferred,
+        yield from (topic_depth, topic_messages, topic_bytes, topic_paused, topic_dropped, retained, retained_bytes,
+                    not_retained, depth, in_flight, deferred,
                     clients, messages, requeued, timed_out, paused, dropped, expired, dead_letters, dead_letter_depth,
                     connections, healthy)
 

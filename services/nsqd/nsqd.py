@@ -36,6 +36,7 @@ from .listener_context import ListenerContext
 from .protocol_v2 import ConnectionV2
 from .queue_scan import QueueScanner
 from .stats import GCPauses, collect
+from .retention import Retention, RetentionSettings
 from .storage import Storage
 from .topic import Topic
 
@@ -83,6 +84,9 @@ class NSQD:
         self._scan_task: asyncio.Task[None] | None = None
         self.data_path = Path(opts.data_path or os.getcwd())
         self.storage = Storage(self.data_path, opts)
+        self.retention = Retention(self.data_path, opts)
+        self.storage.record_with(self.retention)
+        self._retention_task: asyncio.Task[None] | None = None
         self._sync_task: asyncio.Task[None] | None = None
         self.lookup_peers: dict[str, LookupPeer] = {}
         self._node_id_check: NodeIdCheck | None = None  # started with the first lookupd
@@ -110,9 +114,10 @@ class NSQD:
         self._data_path_lock.acquire()
         atomic_file.remove_leftovers(self.data_path)
         self._load_metadata()
-        metadata.save(self.data_path, metadata.snapshot(self.topics))  # nothing is served yet: blocking is fine
+        metadata.save(self.data_path, self._metadata())  # nothing is served yet: blocking is fine
         self._metadata_task = asyncio.create_task(self._write_metadata_when_changed(), name="metadata")
         self._sync_task = asyncio.create_task(self._sync_disk_queues(), name="disk-sync")
+        self._retention_task = asyncio.create_task(self.retention.run(), name="retention")
         context = self._tcp_context
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address,
                                                               lambda: ConnectionV2(self, context), log, unix=True)
@@ -158,13 +163,14 @@ class NSQD:
             await self._node_id_check.stop()
         for topic in list(self.topics.values()):
             topic.close()
-        tasks = [*self._topic_starts, self._scan_task, self._metadata_task, self._sync_task]
+        tasks = [*self._topic_starts, self._scan_task, self._metadata_task, self._sync_task, self._retention_task]
         for task in filter(None, tasks):
             task.cancel()
             await asyncio.wait({task})
         self._disk_sync.shutdown(wait=True)
         for topic in self.topics.values():
             topic.flush_to_disk()
+        self.retention.close()
         for server, service in self._http_servers:
             server.close()
             service.close_connections()
@@ -180,7 +186,7 @@ class NSQD:
             await self.auth_client.close()
         if self._data_path_lock.held:
             try:
-                metadata.save(self.data_path, metadata.snapshot(self.topics))
+                metadata.save(self.data_path, self._metadata())
             except OSError as error:  # a full disk: the previous nsqd.dat stays, as NSQ's Exit does
                 log.error("failed to persist metadata - %s", error)
             self._data_path_lock.release()
@@ -241,6 +247,7 @@ class NSQD:
         topic = self.topics.pop(name, None)
         if topic is not None:
             topic.delete()
+            self.retention.forget_settings(name)
             log.info("TOPIC(%s): deleted", name)
             self._topics_changed(topic)
 
@@ -356,8 +363,17 @@ class NSQD:
 
     # -- metadata --------------------------------------------------------------------------------------------
 
+    def set_retention(self, topic: Topic, settings: RetentionSettings) -> None:
+        """The topic's own retention settings, in force at once."""
+        self.retention.set(topic.name, settings)
+        topic.record_with(self.storage.topic_recorder(topic.name))
+
+    def _metadata(self) -> list[metadata.TopicMetadata]:
+        return metadata.snapshot(self.topics, self.retention.own)
+
     def _load_metadata(self) -> None:
         for recorded in metadata.with_queues_on_disk(self.data_path, metadata.load(self.data_path)):
+            self.retention.set(recorded.name, recorded.retention)  # before the topic: its files stay
             topic = self.get_topic(recorded.name)
             topic.started = False  # its backlog waits for all its channels
             if recorded.paused:
@@ -400,7 +416,7 @@ class NSQD:
         """Writes nsqd.dat now (off the event loop). One write at a time, each taking its snapshot when its turn
         comes, so the last one written is the newest."""
         async with self._metadata_write:
-            await asyncio.to_thread(metadata.save, self.data_path, metadata.snapshot(self.topics))
+            await asyncio.to_thread(metadata.save, self.data_path, self._metadata())
 
     async def _write_metadata_when_changed(self) -> None:
         """Writes nsqd.dat after changes; one the disk refuses (full) makes nsqd unhealthy and is tried again every

@@ -61,6 +61,10 @@ class Options(ProgramOptions):
                                   "the channel's dead-letter queue (0: no limit)")
     msg_ttl: float = option(0.0, "messages older than this are never delivered: dropped when they reach the "
                                  "head of a queue (0: never)", kind="duration")
+    retention_time: float = option(0.0, "how long a topic keeps what it published, for channels to be rewound "
+                                        "over (0: not at all); per topic with /topic/retention", kind="duration")
+    retention_bytes: int = option(0, "bytes a topic keeps of what it published at most, its oldest going first "
+                                     "(0: no limit)")
     max_bytes_per_queue: int = option(0, "bytes of messages waiting on disk a topic's or channel's disk queue "
                                          "may hold (0: unbounded)")
     queue_full_policy: str = option("refuse", "when a disk queue is at --max-bytes-per-queue: 'refuse' "
@@ -176,6 +180,8 @@ class Options(ProgramOptions):
             raise FlagError("--max-attempts must be in [0,65535]")
         if self.max_bytes_per_queue < 0:
             raise FlagError("--max-bytes-per-queue must be >= 0")
+        if self.retention_time < 0 or self.retention_bytes < 0:
+            raise FlagError("--retention-time and --retention-bytes must be >= 0")
         if self.queue_full_policy not in ("refuse", "drop-oldest"):
             raise FlagError(f"--queue-full-policy: invalid value {self.queue_full_policy!r} (refuse or drop-oldest)")
         if (self.external_broadcast_tcp_port or self.external_broadcast_http_port) \

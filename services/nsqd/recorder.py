@@ -225,12 +225,12 @@ class TopicRecorders:
 
 
 def topic_recorder(recordings: list[Recording], name: str) -> TopicRecorder:
-    """The recorder of topic ``name`` from each of ``recordings``, as one."""
-    if not recordings:
+    """The recorder of topic ``name`` from each of ``recordings``, as one (a recording that does not record the
+    topic answers the null recorder, left out)."""
+    recorders = [recorder for recording in recordings if (recorder := recording.topic(name)) is not NULL_TOPIC]
+    if not recorders:
         return NULL_TOPIC
-    if len(recordings) == 1:
-        return recordings[0].topic(name)
-    return TopicRecorders([recording.topic(name) for recording in recordings])
+    return recorders[0] if len(recorders) == 1 else TopicRecorders(recorders)
 
 
 def _all(waits: list[Awaitable[None] | None]) -> Awaitable[None] | None:

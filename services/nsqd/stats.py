@@ -108,6 +108,7 @@ def _topics(nsqd: NSQD, topic: str | None, channel: str | None, include_clients:
     for name in sorted(nsqd.topics) if topic is None else [topic]:
         if channel is None or channel in nsqd.topics[name].channels:
             entry = topic_stats(nsqd.topics[name], nsqd.opts, channel, include_clients, now)
+            entry.update(nsqd.retention.stats(name))  # beyond NSQ: only for a topic that retains
             for channel_entry in entry["channels"]:
                 for client_stats in channel_entry["clients"] or []:
                     _narrow_pub_counts(client_stats, topic)

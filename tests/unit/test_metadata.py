@@ -48,7 +48,7 @@ def test_snapshot_leaves_out_ephemeral_topics_and_channels() -> None:
     durable.get_channel("c").pause()
     durable.get_channel("tail#ephemeral")
     ephemeral = Topic("e#ephemeral", options(), Storage(None, options()), lambda topic: None)
-    assert metadata.snapshot({"t": durable, "e#ephemeral": ephemeral}) == [
+    assert metadata.snapshot({"t": durable, "e#ephemeral": ephemeral}, {}) == [
         TopicMetadata("t", False, [ChannelMetadata("c", True)])]
 
 

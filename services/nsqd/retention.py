@@ -1,0 +1,196 @@
+"""Retention: a topic keeps what it published for a while, so that a channel can be sent it again (rewind.py).
+
+``--retention-time`` (0: off, NSQ's behaviour) and ``--retention-bytes`` (0: no size cap) apply to every topic
+without settings of its own (``/topic/retention``, kept in nsqd.dat); ephemeral topics never retain. A topic that
+retains records through its ``RetainedTopic``, a recorder (recorder.py) storage hands it beside any other: each
+publish is appended to the topic's retention log (retention_log.py) before it is acknowledged, with one write per
+publish (a PUB, an MPUB), so ``kill -9`` loses nothing acknowledged from it. A topic that does not retain has no
+recorder of retention at all, and no files: turning retention off removes them.
+
+Retention never fails a publish: a write the disk refuses removes the topic's oldest retained file and is tried
+again, and once none is left the publish goes on without being retained, counted in ``/stats``
+(``retention_refused_count``).
+
+``run`` expires files once a second: whole files, once their newest message is past the retention time, and the
+oldest while a topic retains more than its bytes; a rewind filters by the time exactly, so a message past it is
+never put back while its file waits. Files roll at a tenth of the byte limit (at most ``--max-bytes-per-file``) and
+once their first message is older than a tenth of the retention time, so that a quiet topic's messages go too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from nsqclient.protocol.names import is_ephemeral
+from shared.flags import format_duration
+
+from .recorder import NULL_CHANNEL, NULL_TOPIC, ChannelRecorder, TopicRecorder
+from .retention_log import RetentionLog, remove_files
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .message import QueuedMessage
+    from .options import Options
+
+log = logging.getLogger("nsqd")
+
+EXPIRY_INTERVAL = 1.0
+# the smallest file a byte limit rolls at: many tiny files would cost more than they bound
+MIN_SEGMENT_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    """A topic's own settings; None: the flags'."""
+
+    time: float | None = None  # seconds; 0: off
+    bytes: int | None = None  # 0: no cap
+
+
+DEFAULT = RetentionSettings()
+
+
+class RetainedTopic:
+    """The recorder of a topic that retains: appends every publish to its log."""
+
+    def __init__(self, log_: RetentionLog, retention: Retention) -> None:
+        self.log = log_
+        self._retention = retention
+        self.refused_count = 0  # messages published but not retained: the disk had no room
+        self.time_ns = 0
+        self.max_bytes = 0
+        self._segment_bytes = 0
+        self._roll_after_ns = 0
+
+    def configure(self, seconds: float, max_bytes: int, max_bytes_per_file: int) -> None:
+        self.time_ns = round(seconds * 1e9)
+        self.max_bytes = max_bytes
+        self._segment_bytes = max(MIN_SEGMENT_BYTES, min(max_bytes // 10, max_bytes_per_file)) if max_bytes \
+            else max_bytes_per_file
+        self._roll_after_ns = self.time_ns // 10
+
+    def published(self, held: bool, defer_ms: int, entries: list[QueuedMessage]) -> None:
+        due_ns = entries[0][2] + defer_ms * 1_000_000 if defer_ms else 0
+        while True:
+            try:
+                self.log.append(entries, due_ns, self._segment_bytes, self._roll_after_ns)
+                return None
+            except OSError as error:
+                if error.errno in (errno.ENOSPC, errno.EDQUOT) and self.log.drop_oldest():
+                    continue  # the oldest retained goes first: a publish always wins
+                self.refused_count += len(entries)
+                log.error("RETENTION(%s): %d messages not retained - %s", self.log.name, len(entries), error)
+                return None
+
+    def expire(self, now_ns: int) -> None:
+        self.log.expire(now_ns - self.time_ns, self.max_bytes)
+
+    def oldest_kept_ns(self, now_ns: int) -> int:
+        """The timestamp from which messages are still within the retention time."""
+        return now_ns - self.time_ns
+
+    def distributed(self) -> None:
+        pass
+
+    def dropped(self, ids: list[bytes]) -> None:
+        pass  # dropped from the queue, not from history
+
+    def emptied(self) -> None:
+        pass
+
+    def deleted(self) -> None:
+        self._retention.forget(self.log.name)
+
+    def channel(self, name: str) -> ChannelRecorder:
+        return NULL_CHANNEL
+
+
+class Retention:
+    """The retention of one nsqd's topics: a ``Recording`` (recorder.py) storage asks for each topic's recorder."""
+
+    def __init__(self, data_path: Path | None, opts: Options) -> None:
+        self._data_path = data_path
+        self._opts = opts
+        self.own: dict[str, RetentionSettings] = {}
+        self.topics: dict[str, RetainedTopic] = {}
+
+    def settings(self, name: str) -> tuple[float, int]:
+        """The topic's retention time (seconds; 0: off) and bytes (0: no cap), its own or the flags'."""
+        own, opts = self.own.get(name, DEFAULT), self._opts
+        return (opts.retention_time if own.time is None else own.time,
+                opts.retention_bytes if own.bytes is None else own.bytes)
+
+    def topic(self, name: str) -> TopicRecorder:
+        seconds, max_bytes = self.settings(name)
+        if self._data_path is None or is_ephemeral(name) or not seconds:
+            self.forget(name)
+            return NULL_TOPIC
+        retained = self.topics.get(name)
+        if retained is None:
+            retained = self.topics[name] = RetainedTopic(
+                RetentionLog(name, self._data_path, self._opts.max_msg_size), self)
+        retained.configure(seconds, max_bytes, self._opts.max_bytes_per_file)
+        retained.expire(time.time_ns())
+        return retained
+
+    def set(self, name: str, settings: RetentionSettings) -> None:
+        """The topic's own settings (storage hands it a new recorder next)."""
+        if settings == DEFAULT:
+            self.own.pop(name, None)
+        else:
+            self.own[name] = settings
+
+    def forget(self, name: str) -> None:
+        """The topic no longer retains (turned off, or deleted): its files go."""
+        retained = self.topics.pop(name, None)
+        if retained is not None:
+            retained.log.close()
+            retained.log.delete()
+        elif self._data_path is not None and not is_ephemeral(name):
+            remove_files(self._data_path, name)
+
+    def forget_settings(self, name: str) -> None:
+        """The topic is deleted: a topic of that name made later starts from the flags' settings."""
+        self.own.pop(name, None)
+        self.forget(name)
+
+    def stats(self, name: str) -> dict[str, Any]:
+        """The topic's fields in /stats: only for a topic that retains."""
+        retained = self.topics.get(name)
+        if retained is None:
+            return {}
+        seconds, max_bytes = self.settings(name)
+        retained.expire(time.time_ns())
+        return {"retention_time": format_duration(seconds), "retention_bytes": max_bytes,
+                "retained_count": retained.log.count, "retained_bytes": retained.log.size,
+                "retained_oldest_timestamp": retained.log.oldest_ns,
+                "retention_refused_count": retained.refused_count}
+
+    async def run(self) -> None:
+        """Expires what is past its time or bytes, and syncs what was appended, once every ``EXPIRY_INTERVAL``."""
+        while True:
+            await asyncio.sleep(EXPIRY_INTERVAL)
+            now_ns = time.time_ns()
+            for retained in list(self.topics.values()):
+                retained.expire(now_ns)
+            jobs = [retained.log.sync_job() for retained in self.topics.values() if retained.log.unsynced]
+            if jobs:
+                try:
+                    await asyncio.to_thread(_run_all, jobs)
+                except OSError as error:
+                    log.error("RETENTION: failed to sync - %s", error)
+
+    def close(self) -> None:
+        for retained in self.topics.values():
+            retained.log.close()
+
+
+def _run_all(jobs: list[Callable[[], None]]) -> None:
+    for job in jobs:
+        job()

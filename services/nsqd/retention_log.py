@@ -1,0 +1,238 @@
+"""What one topic published, kept on disk for a while so that a channel can be sent it again (retention.py).
+
+Files, in ``--data-path``, beside the topic's disk queue::
+
+    <topic>.retention.000001.dat    records [int32 size][int64 timestamp][int64 due][16-byte ID][body], appended
+                                    as publishes are acknowledged, in publish order
+
+``due`` is when a deferred publish (DPUB) is due (nanoseconds since the epoch), 0 for any other. A segment file is
+closed for writing (rolled) once it holds ``segment_bytes``, or once its first message is older than ``roll_after``,
+so that a quiet topic's old messages go too; whole files are removed once their newest message is past the retention
+time, and the oldest while the files together hold more than the byte limit. Nothing here decides what a rewind
+puts back: ``read_since`` reads what is there, and retention.py filters it.
+
+Each file's count and the timestamps of its first and last message are known from reading it at start-up (a torn
+record at the end, from a process killed while writing it, is cut off first).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .message import QueuedMessage
+from .segment_files import SIZE, SegmentReader, write_whole
+
+log = logging.getLogger("nsqd")
+
+HEADER = struct.Struct(">qq")
+ID_END = HEADER.size + 16
+# a retained message on disk: its size prefix, timestamp, due time and ID, then the body
+RECORD_OVERHEAD = SIZE.size + ID_END
+_READ_BATCH = 4096
+
+
+@dataclass
+class Segment:
+    number: int
+    size: int = 0
+    count: int = 0
+    first_ns: int = 0  # the timestamp of its first message (0: none yet)
+    last_ns: int = 0
+
+
+@dataclass(frozen=True)
+class LogEnd:
+    """Where the log ended at a moment: what a rewind then reads up to."""
+
+    number: int
+    size: int
+
+
+class RetentionLog:
+    def __init__(self, name: str, data_path: Path, max_msg_size: int) -> None:
+        self.name = name
+        self._data_path = data_path
+        self._max_record = max_msg_size + ID_END
+        self._segments = [self._recovered(number) for number in _numbers(data_path, name)]
+        self._fd: int | None = None
+        self.unsynced = False
+
+    # -- state -----------------------------------------------------------------------------------------------
+
+    @property
+    def count(self) -> int:
+        return sum(segment.count for segment in self._segments)
+
+    @property
+    def size(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def oldest_ns(self) -> int:
+        """The timestamp of the oldest message retained; 0: none."""
+        return next((segment.first_ns for segment in self._segments if segment.count), 0)
+
+    def path(self, number: int) -> Path:
+        return self._data_path / f"{self.name}.retention.{number:06d}.dat"
+
+    def _recovered(self, number: int) -> Segment:
+        """A file as found at start-up: counted, and a torn record at its end cut off."""
+        path = self.path(number)
+        segment = Segment(number)
+        reader = SegmentReader(path, 0)
+        try:
+            while payloads := reader.take(_READ_BATCH, self._max_record, None):
+                if not segment.count:
+                    segment.first_ns = HEADER.unpack_from(payloads[0])[0]
+                segment.count += len(payloads)
+                segment.last_ns = HEADER.unpack_from(payloads[-1])[0]
+            segment.size = reader.position
+        finally:
+            reader.close()
+        if path.stat().st_size > segment.size:
+            log.warning("RETENTION(%s): cutting a torn record off %s", self.name, path.name)
+            os.truncate(path, segment.size)
+        return segment
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    def append(self, entries: list[QueuedMessage], due_ns: int, segment_bytes: int, roll_after_ns: int) -> None:
+        """Appends ``entries`` with one write, or raises OSError having written none of them."""
+        data = b"".join(SIZE.pack(ID_END + len(body)) + HEADER.pack(timestamp, due_ns) + msg_id + body
+                        for msg_id, body, timestamp, _ in entries)
+        first_ns = entries[0][2]
+        segment = self._write_segment(first_ns, segment_bytes, roll_after_ns)
+        fd = self._fd
+        if fd is None:
+            fd = self._fd = os.open(self.path(segment.number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        write_whole(fd, data, segment.size)
+        if not segment.count:
+            segment.first_ns = first_ns
+        segment.size += len(data)
+        segment.count += len(entries)
+        segment.last_ns = entries[-1][2]
+        self.unsynced = True
+
+    def _write_segment(self, now_ns: int, segment_bytes: int, roll_after_ns: int) -> Segment:
+        """The segment to append to: the last, unless it is full or old enough to roll."""
+        if self._segments:
+            last = self._segments[-1]
+            if not last.count or (last.size < segment_bytes and now_ns - last.first_ns < roll_after_ns):
+                return last
+        self._close_write_file()
+        segment = Segment(self._segments[-1].number + 1 if self._segments else 1)
+        self._segments.append(segment)
+        return segment
+
+    def sync_job(self) -> Callable[[], None]:
+        """Makes what was appended to the write file durable against a power cut, as a job for another thread
+        (on a descriptor of its own: the log may roll meanwhile)."""
+        self.unsynced = False
+        if self._fd is None:
+            return lambda: None
+        fd = os.dup(self._fd)
+
+        def sync() -> None:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        return sync
+
+    # -- removing --------------------------------------------------------------------------------------------
+
+    def expire(self, older_than_ns: int, max_bytes: int) -> int:
+        """Removes the files whose newest message is older than ``older_than_ns`` (0: none by age), then the oldest
+        while the files hold more than ``max_bytes`` (0: no limit); how many messages went."""
+        removed = 0
+        while self._segments:
+            oldest = self._segments[0]
+            too_old = oldest.count and oldest.last_ns < older_than_ns
+            if not (too_old or (max_bytes and self.size > max_bytes and len(self._segments) > 1)):
+                break
+            removed += self._remove_oldest()
+        return removed
+
+    def drop_oldest(self) -> bool:
+        """Removes the oldest file (a full disk wants room); False when there is none to remove."""
+        if not self._segments or not self._segments[0].size:
+            return False
+        self._remove_oldest()
+        return True
+
+    def _remove_oldest(self) -> int:
+        segment = self._segments.pop(0)
+        if not self._segments:
+            self._close_write_file()
+        self.path(segment.number).unlink(missing_ok=True)
+        return segment.count
+
+    def delete(self) -> None:
+        """Removes every file."""
+        while self._segments:
+            self._remove_oldest()
+
+    def close(self) -> None:
+        self._close_write_file()
+
+    def _close_write_file(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def end(self) -> LogEnd:
+        last = self._segments[-1] if self._segments else Segment(0)
+        return LogEnd(last.number, last.size)
+
+    def read_since(self, since_ns: int, end: LogEnd) -> Iterator[list[tuple[QueuedMessage, int]]]:
+        """Batches of the messages published at or after ``since_ns`` (each with its due time), oldest first, up to
+        ``end``; a job for another thread. Files with nothing that recent are skipped unread; a file removed
+        meanwhile (expired) is skipped."""
+        for segment in list(self._segments):
+            if segment.number > end.number or segment.last_ns < since_ns:
+                continue
+            limit = end.size if segment.number == end.number else segment.size
+            for batch in _records(self.path(segment.number), 0, limit, self._max_record):
+                kept = [((msg_id, body, timestamp, 0), due) for timestamp, due, msg_id, body in batch
+                        if timestamp >= since_ns]
+                if kept:
+                    yield kept
+
+
+def _records(path: Path, start: int, end: int, max_record: int) -> Iterator[list[tuple[int, int, bytes, bytes]]]:
+    """The file's records from ``start`` to ``end`` in batches: (timestamp, due, ID, body)."""
+    try:
+        reader = SegmentReader(path, start)
+    except FileNotFoundError:
+        return
+    unpack = HEADER.unpack_from
+    try:
+        while payloads := reader.take(_READ_BATCH, max_record, end):
+            yield [(*unpack(payload), payload[HEADER.size:ID_END], payload[ID_END:]) for payload in payloads]
+    finally:
+        reader.close()
+
+
+def _numbers(data_path: Path, name: str) -> list[int]:
+    """The numbers of the topic's retention files on disk, in order."""
+    pattern = re.compile(re.escape(name) + r"\.retention\.(\d{6})\.dat")
+    try:
+        names = os.listdir(data_path)
+    except FileNotFoundError:
+        return []
+    return sorted(int(match.group(1)) for entry in names if (match := pattern.fullmatch(entry)))
+
+
+def remove_files(data_path: Path, name: str) -> None:
+    """Removes a topic's retention files (its retention is off)."""
+    for number in _numbers(data_path, name):
+        (data_path / f"{name}.retention.{number:06d}.dat").unlink(missing_ok=True)
