@@ -140,6 +140,15 @@ class ClusterInfo:
             raise ClusterInfoError(url, "replayed is not a number", method="POST")
         return replayed
 
+    async def rewind(self, nsqd: str, topic: str, channel: str, since: str) -> int:
+        """Beyond NSQ: what the topic retains since ``since`` back into the channel (nsqd's ``POST
+        /channel/rewind``); how many messages."""
+        url = http_url(nsqd, "/channel/rewind", {"topic": topic, "channel": channel, "since": since})
+        rewound = (await self._get(url, "POST")).get("rewound")
+        if type(rewound) is not int:
+            raise ClusterInfoError(url, "rewound is not a number", method="POST")
+        return rewound
+
     # --- one request ---------------------------------------------------------------------------------------------
 
     async def _get(self, url: str, method: str = "GET") -> Json:

@@ -132,15 +132,26 @@ def plan_create(request: web.Request, body: dict[str, Any]) -> Plan:
 
 def plan_topic_action(request: web.Request, body: dict[str, Any]) -> Plan:
     topic, action = _topic(request.match_info["topic"]), body.get("action", "")
+    cluster = admin_of(request).cluster
+    if action == "set_retention":  # beyond nsqadmin: the values as nsqd's /topic/retention takes them
+        settings = {key: body[key].strip() for key in ("time", "bytes") if body.get(key, "").strip()}
+        if not settings:
+            raise HTTPError(400, "MISSING_ARG_TIME")
+        return Plan(action, topic, perform=lambda warnings: cluster.set_retention(topic, settings, warnings))
     if action not in TOPIC_ACTIONS:
         raise HTTPError(400, "INVALID_ACTION")
-    cluster = admin_of(request).cluster
     return Plan(f"{action}_topic", topic, perform=lambda warnings: cluster.topic_action(topic, action, warnings))
 
 
 def plan_channel_action(request: web.Request, body: dict[str, Any]) -> Plan:
     topic, channel = _topic(request.match_info["topic"]), _channel(request.match_info["channel"])
     action, cluster = body.get("action", ""), admin_of(request).cluster
+    if action == "rewind":  # beyond nsqadmin: a time, a duration before now, or "earliest", as nsqd takes it
+        since = body.get("since", "").strip()
+        if not since:
+            raise HTTPError(400, "MISSING_ARG_SINCE")
+        return Plan("rewind_channel", topic, channel,
+                    perform=lambda warnings: _rewound(cluster.rewind(topic, channel, since, warnings)))
     if action in DEAD_LETTER_ACTIONS:
         return Plan(action, topic, channel,
                     perform=lambda warnings: _dead_letter_action(cluster, action, topic, channel, warnings))
@@ -156,6 +167,10 @@ async def _dead_letter_action(cluster: Cluster, action: str, topic: str, channel
         return {"replayed": await cluster.replay_dead_letters(topic, channel, warnings)}
     await cluster.empty_dead_letters(topic, channel, warnings)
     return None
+
+
+async def _rewound(rewinding: Awaitable[int]) -> dict[str, Any]:
+    return {"rewound": await rewinding}
 
 
 def plan_delete_topic(request: web.Request, body: dict[str, Any]) -> Plan:

@@ -4,7 +4,7 @@ Input is nsqd's ``/stats?format=json`` and the producers of lookupd's ``/nodes``
 ours (the same shapes), as ``shared.cluster_info`` reads them. Output is the shape of nsqadmin's ``/api/...``
 answers: per-node rows carry ``node`` (the nsqd's ``broadcast_address:http_port``) and ``hostname``; aggregates
 carry ``"node": "*"`` and the per-node rows they sum under ``nodes``. Beyond nsqadmin, what our nsqd reports only
-while a feature is in use (a topic's ``ttl`` and ``dropped_count``; a channel's ``expired_count``, ``max_attempts``,
+while a feature is in use (a topic's ``ttl``, ``dropped_count`` and retention; a channel's ``expired_count``, ``max_attempts``,
 ``dead_letter_count``, ``dead_letter_depth`` and ``dropped_count``) is carried when some node has it, so that without
 those features every answer is nsqadmin's. Nothing here does I/O, so every rule is tested from canned answers.
 """
@@ -26,8 +26,10 @@ _LOCALITY_COUNTS = ("zone_local_msg_count", "region_local_msg_count", "global_ms
 # beyond NSQ: nsqd reports these only while the feature behind them is in use (a TTL, an attempts limit or dead
 # letters, --max-bytes-per-queue), so they are carried only when a node has them: counts summed, settings as
 # (key, what a node without it has)
-_TOPIC_EXTRA_SUMS = ("dropped_count",)
-_TOPIC_SETTINGS = (("ttl", "0s"),)
+_TOPIC_EXTRA_SUMS = ("dropped_count", "retained_count", "retained_bytes", "retention_refused_count")
+_TOPIC_SETTINGS = (("ttl", "0s"), ("retention_time", "0s"), ("retention_bytes", 0))
+# the oldest message a topic retains, over its nodes: the earliest a rewind can go back to (0: none)
+_OLDEST_RETAINED = "retained_oldest_timestamp"
 _CHANNEL_EXTRA_SUMS = ("expired_count", "dead_letter_count", "dead_letter_depth", "dropped_count")
 _CHANNEL_SETTINGS = (("max_attempts", 0),)
 _CLIENT_FIELDS = ("remote_address", "version", "client_id", "hostname", "user_agent", "connect_ts")
@@ -54,7 +56,7 @@ def _node_topic(node: str, hostname: str, topic: Json, now: float) -> Json:
             "message_count": topic.get("message_count", 0), "delivery_msg_count": 0, "nodes": None,
             "channels": channels, "paused": bool(topic.get("paused")),
             "e2e_processing_latency": _node_e2e(topic.get("e2e_processing_latency")),
-            **_carried(topic, _TOPIC_EXTRA_SUMS, _TOPIC_SETTINGS)}
+            **_carried(topic, (*_TOPIC_EXTRA_SUMS, _OLDEST_RETAINED), _TOPIC_SETTINGS)}
 
 
 def _node_channel(node: str, hostname: str, topic_name: str, channel: Json, now: float) -> Json:
@@ -123,6 +125,9 @@ def aggregate_topic(topic_name: str, node_rows: Iterable[Json]) -> Json:
                   "e2e_processing_latency": aggregate_e2e(
                       [row["e2e_processing_latency"] for row in rows], topic_name, ""),
                   **_extras(rows, _TOPIC_EXTRA_SUMS, _TOPIC_SETTINGS)})
+    oldest = [row[_OLDEST_RETAINED] for row in rows if row.get(_OLDEST_RETAINED)]
+    if any(_OLDEST_RETAINED in row for row in rows):
+        total[_OLDEST_RETAINED] = min(oldest, default=0)
     return total
 
 

@@ -1,7 +1,8 @@
 """The audit log: one entry per admin action taken through the admin (who, from where, what, on which node, and
 how it went: ``ok``, what failed, or ``refused: ...`` for a request the admin would not run), kept in the store's
 ``audit`` table. Action names are nsqadmin's, the ones its notifications carry,
-and, beyond nsqadmin, a channel's ``replay_dead_letters`` and ``empty_dead_letters``.
+and, beyond nsqadmin, a channel's ``replay_dead_letters``, ``empty_dead_letters`` and ``rewind_channel``, and a
+topic's ``set_retention``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import aiosqlite
 ACTIONS = frozenset({
     "create_topic", "create_channel", "delete_topic", "delete_channel", "empty_topic", "empty_channel",
     "pause_topic", "pause_channel", "unpause_topic", "unpause_channel", "tombstone_topic_producer",
-    "replay_dead_letters", "empty_dead_letters",
+    "replay_dead_letters", "empty_dead_letters", "rewind_channel", "set_retention",
     "unknown",  # a refused request too malformed to tell which action it asked for
 })
 

@@ -189,6 +189,17 @@ class Cluster:
         nodes = await self.channel_nodes(topic, channel, warnings)
         return sum(await each((self.client.replay(node.address, topic, channel) for node in nodes), warnings))
 
+    async def rewind(self, topic: str, channel: str, since: str, warnings: Warnings) -> int:
+        """Beyond nsqadmin: what the topic retains since ``since`` back into the channel on each nsqd with it; how
+        many messages in all."""
+        nodes = await self.channel_nodes(topic, channel, warnings)
+        return sum(await each((self.client.rewind(node.address, topic, channel, since) for node in nodes), warnings))
+
+    async def set_retention(self, topic: str, settings: dict[str, str], warnings: Warnings) -> None:
+        """Beyond nsqadmin: the topic's retention settings (``time``, ``bytes``) on every nsqd with it."""
+        await self._on_nodes(await self.topic_nodes(topic, warnings), "/topic/retention", warnings, topic=topic,
+                             **settings)
+
     async def empty_dead_letters(self, topic: str, channel: str, warnings: Warnings) -> None:
         """Beyond nsqadmin: the channel's dead letters discarded on each nsqd with it."""
         nodes = await self.channel_nodes(topic, channel, warnings)

@@ -37,7 +37,7 @@ class Column(NamedTuple):
 
 
 # what nsqd's /stats has only while the feature behind it is in use (README: Dead letters, Message TTL, Bounded disk
-# queues); a page without those features looks as nsqadmin's
+# queues, Retention and replay); a page without those features looks as nsqadmin's
 CHANNEL_COLUMNS = (
     Column("expired_count", "Expired", "messages past their TTL when taken: dropped (parked with an attempts limit)"),
     Column("dead_letter_depth", "Dead Letters", "messages waiting in the dead-letter queue"),
@@ -48,6 +48,8 @@ CHANNEL_COLUMNS = (
 TOPIC_COLUMNS = (
     Column("ttl", "TTL", "messages older than this are never delivered", setting=True),
     Column("dropped_count", "Dropped", "oldest messages dropped at the --max-bytes-per-queue cap"),
+    Column("retention_time", "Retention", "how long the topic keeps what it published, for rewinds", setting=True),
+    Column("retained_count", "Retained", "messages the topic keeps for rewinds"),
 )
 
 

@@ -1,6 +1,6 @@
 """The admin in a real browser: navigation by links, a channel paused through the confirmation dialog, the topics
-table sorted by its headers, the charts read under the pointer in the viewer's time zone, and a channel's dead
-letters replayed.
+table sorted by its headers, the charts read under the pointer in the viewer's time zone, a channel's dead
+letters replayed, and a topic's retention set and a channel rewound.
 
 nsqlookupd, nsqd and the admin run as real processes on loopback; chromium runs the admin's own JavaScript, which
 is what the server-side tests cannot reach (the dialog, the fetch behind a button, the refresh of the live part).
@@ -230,6 +230,53 @@ def test_replay_a_channels_dead_letters_from_its_page(tmp_path: Path, request: p
             expect(page.get_by_role("heading", name="Dead Letters")).to_have_count(0)
             shots.take(page, "replayed")
         assert (_channel(nsqd)["dead_letter_depth"], _channel(nsqd)["depth"]) == (0, 2)
+    finally:
+        admin.stop()
+        nsqd.stop()
+
+
+@requires_chromium
+def test_set_a_topics_retention_and_rewind_a_channel_from_their_pages(tmp_path: Path,
+                                                                    request: pytest.FixtureRequest) -> None:
+    nsqd = start_nsqd("--retention-time=1h", data_path=_directory(tmp_path / "nsqd"))
+    try:
+        admin = start_admin(f"--nsqd-http-address=127.0.0.1:{nsqd.http_port}",
+                            data_path=_directory(tmp_path / "admin"))
+    except BaseException:
+        nsqd.stop()
+        raise
+    shots = Screenshots(tmp_path, request.node.name)
+    try:
+        assert nsqd.http("POST", f"/topic/create?topic={TOPIC}")[0] == 200
+        assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}")[0] == 200
+        assert nsqd.http("POST", f"/mpub?topic={TOPIC}", b"order 1\norder 2\norder 3")[0] == 200
+        assert nsqd.http("POST", f"/channel/empty?topic={TOPIC}&channel={CHANNEL}")[0] == 200
+        with chromium_page() as page, shots.on_failure(page):
+            page.goto(f"http://127.0.0.1:{admin.http_port}/topics/{TOPIC}")
+            expect(page.locator("p.retention")).to_contain_text("Retains 3 messages", timeout=WAIT_MS)
+            page.get_by_label("Retention time").fill("2h")
+            page.get_by_role("button", name="Set Retention", exact=True).click()
+            dialog = page.locator("dialog#confirm")
+            expect(dialog).to_be_visible(timeout=WAIT_MS)
+            expect(dialog).to_contain_text(f"change the retention of {TOPIC} (time 2h)?")
+            page.locator("#confirm-ok").click()
+            expect(page.locator("p.retention")).to_contain_text("for 2h0m0s", timeout=WAIT_MS)
+            shots.take(page, "retention-set")
+
+            page.goto(f"http://127.0.0.1:{admin.http_port}/topics/{TOPIC}/{CHANNEL}")
+            total = page.locator("tr.total td")
+            expect(total.nth(1)).to_have_text("0", timeout=WAIT_MS)
+            page.get_by_label("Rewind since").fill("earliest")
+            page.get_by_role("button", name="Rewind", exact=True).click()
+            expect(dialog).to_be_visible(timeout=WAIT_MS)
+            expect(dialog).to_contain_text(f"rewind {TOPIC}/{CHANNEL} (since earliest)?")
+            shots.take(page, "confirm-rewind")
+            page.locator("#confirm-ok").click()
+            expect(page.locator("#action-error")).to_have_text("Rewound 3 messages.", timeout=WAIT_MS)
+            expect(total.nth(1)).to_have_text("3", timeout=WAIT_MS)
+        assert _channel(nsqd)["depth"] == 3
+        audited = [entry["action"] for entry in _json(admin, "/api/audit")["entries"]]
+        assert audited == ["rewind_channel", "set_retention"]
     finally:
         admin.stop()
         nsqd.stop()

@@ -142,6 +142,23 @@ def test_reader_consumes_http_published_messages_exactly_once(nsqd: NSQDProcess,
     assert client["user_agent"] == f"pynsq/{nsq.__version__}"
 
 
+def test_reader_receives_a_rewound_channels_messages_unchanged(nsqd_factory: Callable[..., NSQDProcess],
+                                                               pynsq: PynsqLoop) -> None:
+    nsqd = nsqd_factory("--retention-time=1h")
+    reader = pynsq.reader(nsqd.tcp_address, "pynsq_rewind", "ch", max_in_flight=5)
+    wait_subscribed(nsqd, "pynsq_rewind", "ch")
+    bodies = [f"message {i}".encode() for i in range(20)]
+    for body in bodies:
+        nsqd.publish("pynsq_rewind", body)
+    first = reader.inbox.wait_count(20)
+    wait_settled(nsqd, "pynsq_rewind", "ch", finished=20)
+    status, _, answer = nsqd.http("POST", "/channel/rewind?topic=pynsq_rewind&channel=ch&since=earliest")
+    assert (status, json.loads(answer)) == (200, {"rewound": 20})
+    again = reader.inbox.wait_count(40)[20:]
+    wait_settled(nsqd, "pynsq_rewind", "ch", finished=40)
+    assert [(r.id, r.body, r.attempts) for r in again] == [(r.id, r.body, 1) for r in first]
+
+
 # 3. channels and consumers -----------------------------------------------------------------------------------------
 
 def test_every_channel_gets_every_message(nsqd: NSQDProcess, pynsq: PynsqLoop) -> None:

@@ -22,7 +22,8 @@
     el.hidden = !text;
   };
 
-  // what an action answered beyond success: how many dead letters a replay moved back, and a partial failure
+  // what an action answered beyond success: how many dead letters a replay moved back, how many messages a rewind
+  // put back, and a partial failure
   // ("WARNING: ..." from the nodes that did not answer)
   const outcome = async (resp) => {
     let answer = {};
@@ -33,6 +34,10 @@
     if (typeof answer.replayed === "number") {
       const count = answer.replayed;
       parts.push(`Replayed ${count.toLocaleString("en-US")} dead letter${count === 1 ? "" : "s"}.`);
+    }
+    if (typeof answer.rewound === "number") {
+      const count = answer.rewound;
+      parts.push(`Rewound ${count.toLocaleString("en-US")} message${count === 1 ? "" : "s"}.`);
     }
     if (answer.message) parts.push(answer.message);
     banner(parts.join(" "), answer.message ? "warning" : "ok");
@@ -114,6 +119,20 @@
     const fields = new FormData(form);
     const body = JSON.stringify({topic: fields.get("topic") || "", channel: fields.get("channel") || ""});
     send("POST", form.dataset.url, body, "").then((ok) => { if (ok) form.reset(); });
+  });
+
+  // an action with values typed in (a topic's retention, a channel's rewind): confirmed as a button's, naming them
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form.action-form[data-url]");
+    if (!form) return;
+    event.preventDefault();
+    const body = {action: form.dataset.action};
+    for (const [key, value] of new FormData(form)) body[key] = String(value).trim();
+    const named = Object.entries(body).filter(([key, value]) => key !== "action" && value)
+      .map(([key, value]) => `${key} ${value}`).join(", ");
+    const action = {disabled: false, dataset: {method: "POST", url: form.dataset.url, body: JSON.stringify(body),
+                                               confirm: `${form.dataset.confirm} (${named})?`}};
+    confirmThen(action);
   });
 
   // --- live refresh ------------------------------------------------------------------------------------------
