@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from nsqclient import ConnectError, Consumer, Message
 from nsqclient.event_loop import new_event_loop
 
+from .history import create_from_history
 from .options import NSQOptions
 from .window import WindowSizer, connection_sets, shares
 
@@ -146,6 +147,8 @@ class HoldingConsumer:
 
     async def _start(self) -> None:
         options = self._options
+        if options.since:  # before any SUB makes the channel empty
+            await asyncio.to_thread(create_from_history, options)
         self._arrival = asyncio.Event()
         # max_attempts 0: redelivery is how this source recovers, so a message is never given up on (and FIN'd)
         self._consumers = [Consumer(options.topic, options.channel, self._handle,

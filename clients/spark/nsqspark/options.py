@@ -6,7 +6,9 @@ Options: ``topic``, ``channel``, ``lookupd_http_address`` and/or ``nsqd_tcp_addr
 reads), ``lookupd_poll_interval`` (seconds between lookupd queries while reading), ``tls`` (``true``) with
 ``tls_ca_file``, ``snappy``/``deflate`` (``true``), ``auth_secret``, and for writing ``mpub_chunk`` (messages per
 MPUB), ``connect_timeout`` (seconds: the lookupd request, and connecting to and identifying with an nsqd) and
-``publish_timeout`` (seconds waiting for nsqd's answer to one MPUB).
+``publish_timeout`` (seconds waiting for nsqd's answer to one MPUB). ``since`` (``earliest``, an RFC 3339 time or a
+duration before now) starts a channel the query creates from the topic's history (history.py), on the nsqd lookupd
+lists and each ``nsqd_http_address``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class NSQOptions:
     channel: str = ""
     lookupd_http_addresses: tuple[str, ...] = ()
     nsqd_tcp_addresses: tuple[str, ...] = ()
+    nsqd_http_addresses: tuple[str, ...] = ()
+    since: str = ""
     max_in_flight: int = 100_000  # spread over connections of at most 2500 each (see window)
     max_bytes_in_flight: int = 64 * 1024 * 1024
     max_messages_per_batch: int = 100_000
@@ -78,7 +82,8 @@ def parse_options(raw: Mapping[str, str], *, need_topic: bool = True, need_chann
             values[name] = _positive_float(name, options.pop(name))
     values["lookupd_http_addresses"] = _addresses(options.pop("lookupd_http_address", ""))
     values["nsqd_tcp_addresses"] = _addresses(options.pop("nsqd_tcp_address", ""))
-    for name in ("topic", "channel", "tls_ca_file", "auth_secret"):
+    values["nsqd_http_addresses"] = _addresses(options.pop("nsqd_http_address", ""))
+    for name in ("topic", "channel", "tls_ca_file", "auth_secret", "since"):
         if name in options:
             values[name] = options.pop(name)
     parsed = NSQOptions(**values, extra=options)
@@ -93,6 +98,8 @@ def _check(options: NSQOptions, need_topic: bool, need_channel: bool) -> None:
         raise OptionError(f"option topic: invalid topic name {options.topic!r}")
     if need_channel and not is_valid_channel_name(options.channel):
         raise OptionError(f"option channel: invalid channel name {options.channel!r}")
+    if options.since and not (options.lookupd_http_addresses or options.nsqd_http_addresses):
+        raise OptionError("option since: give lookupd_http_address or nsqd_http_address (where nsqd's HTTP API is)")
     if options.snappy and options.deflate:
         raise OptionError("options snappy and deflate cannot both be true")
 

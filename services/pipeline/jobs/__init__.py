@@ -56,6 +56,10 @@ def source_options(args: argparse.Namespace, topic: str) -> dict[str, str]:
     """The ``nsq`` source's options for one topic."""
     options = {"topic": topic, "channel": args.channel, "lookupd_poll_interval": str(args.lookupd_poll_interval),
                **addresses(args)}
+    if getattr(args, "since", ""):
+        options["since"] = args.since
+        if args.nsqd_http_address:
+            options["nsqd_http_address"] = ",".join(args.nsqd_http_address)
     for name in ("max_in_flight", "max_messages_per_batch"):
         if getattr(args, name) is not None:
             options[name] = str(getattr(args, name))

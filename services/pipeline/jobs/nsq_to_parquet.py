@@ -28,6 +28,9 @@ def parser() -> argparse.ArgumentParser:
     add_common_arguments(parser, channel="nsq_to_parquet")
     parser.add_argument("--output-dir", required=True, help="where the Parquet files go")
     parser.add_argument("--watermark", default="10 minutes", help="how long redelivered messages are looked for")
+    parser.add_argument("--since", default="",
+                        help="a channel this job creates starts with what nsqd retains since then: 'earliest', an "
+                             "RFC 3339 time or a duration before now, e.g. 1h (nsqd's --retention-time)")
     return parser
 
 
