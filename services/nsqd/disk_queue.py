@@ -11,11 +11,10 @@ returns what is there; ``sync_job()`` (the fsync and the metadata write, run off
 against a power cut. A restart trusts the files over the metadata: records past the recorded write position are
 recovered, a torn record at the end is cut off, and a record that cannot be read makes its file ``.bad``.
 
-A full disk: a put is all or nothing (``_take_back``); files done are deleted even when there is no room for the
-metadata that should stop naming them first (a restart goes on past a named file that is gone). A write file read to
-its end and finished leaves its space behind (NSQ keeps writing to it): a put the disk refuses then goes on in a new
-file (``_fresh_file_for``), as does a sync once the disk refused room or the file passed ``ROLL_DRAINED_AT``
-(``_roll_drained``); the file read goes at that sync.
+A full disk: a put is all or nothing (``_take_back``); files done are deleted even with no room for the metadata that
+should stop naming them first (a restart goes on past a named file that is gone). A write file read to its end and
+finished leaves its space behind (NSQ keeps writing to it): a refused put goes on in a new file (``_fresh_file_for``,
+after ``reclaim``), as does a sync once the disk refused room or the file passed ``ROLL_DRAINED_AT``.
 
 A queue that holds what it hands out until it is finished (``hold_key``, a channel's at ``--mem-queue-size=0``)
 keeps every record it read until ``release(key)``, and starts a restart from the oldest still held
@@ -73,6 +72,7 @@ class DiskQueue:
         self._capped = max_bytes > 0
         self.dropped_count = 0
         self.on_drop: Callable[[list[bytes]], None] | None = None
+        self.reclaim: Callable[[int], bool] | None = None  # frees bytes elsewhere on a full disk (storage.py)
         self._bytes = self._unread_bytes()  # of the records waiting to be read
 
     # -- state -------------------------------------------------------------------------------------------
@@ -100,12 +100,11 @@ class DiskQueue:
     # -- writing -----------------------------------------------------------------------------------------
 
     def put(self, payloads: list[bytes], capped: bool = True) -> None:
-        """Appends every payload, or raises OSError (or QueueFull, unless not ``capped``) having appended none (a
-        partial write is cut back)."""
+        """Appends every payload, or raises OSError (QueueFull too if ``capped``) having appended none."""
         try:
             self._put(payloads, capped)
         except OSError as error:
-            if not self._fresh_file_for(error):
+            if not self._fresh_file_for(error, sum(map(len, payloads)) + 4 * len(payloads)):
                 raise
             self._put(payloads, capped)
 
@@ -137,7 +136,7 @@ class DiskQueue:
         try:
             self._put_framed(records)
         except OSError as error:
-            if not self._fresh_file_for(error):
+            if not self._fresh_file_for(error, sum(map(len, records))):
                 raise
             self._put_framed(records)
 
@@ -176,12 +175,14 @@ class DiskQueue:
         self._positions = before
         self._unsynced = unsynced + 1
 
-    def _fresh_file_for(self, error: OSError) -> bool:
-        """After the disk ran out of room: if the write file is read to its end, writing goes on in a new file,
-        and the one read is deleted once nothing in it is unfinished (at the roll's sync, or a later one). Whether
-        it did: then the put is worth trying once more."""
+    def _fresh_file_for(self, error: OSError, size: int) -> bool:
+        """After the disk ran out of room: ``reclaim`` frees ``size`` bytes (retained messages go first), or if the
+        write file is read to its end, writing goes on in a new file (the one read goes at a sync once nothing in it
+        is unfinished). Whether either did: then the put is worth trying once more."""
         if error.errno not in (errno.ENOSPC, errno.EDQUOT):
             return False
+        if self.reclaim is not None and self.reclaim(size):
+            return True
         self._room_refused = True
         if not self._read_to_end():
             return False
@@ -210,9 +211,8 @@ class DiskQueue:
         self._close_write_file()
         self._close_reader()
         positions = self._positions
-        positions.write_file += 1
+        positions.read_file = positions.write_file = positions.write_file + 1
         positions.write_pos = positions.read_pos = 0
-        positions.read_file = positions.write_file
         self._room_refused = False
 
     def _roll_drained(self) -> None:

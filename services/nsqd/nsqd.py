@@ -86,6 +86,7 @@ class NSQD:
         self.storage = Storage(self.data_path, opts)
         self.retention = Retention(self.data_path, opts)
         self.storage.record_with(self.retention)
+        self.storage.reclaim_with(self.retention.reclaim)
         self._retention_task: asyncio.Task[None] | None = None
         self._sync_task: asyncio.Task[None] | None = None
         self.lookup_peers: dict[str, LookupPeer] = {}

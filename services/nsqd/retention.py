@@ -7,9 +7,9 @@ publish is appended to the topic's retention log (retention_log.py) before it is
 publish (a PUB, an MPUB), so ``kill -9`` loses nothing acknowledged from it. A topic that does not retain has no
 recorder of retention at all, and no files: turning retention off removes them.
 
-Retention never fails a publish: a write the disk refuses removes the topic's oldest retained file and is tried
-again, and once none is left the publish goes on without being retained, counted in ``/stats``
-(``retention_refused_count``).
+Retention never fails a publish: a write the disk refuses, a queue's or the retention's own, removes the oldest
+retained files of any topic (``reclaim``) and is tried again; once none is left a publish goes on without being
+retained, counted in ``/stats`` (``retention_refused_count``), or is refused by its queue as without retention.
 
 ``run`` expires files once a second: whole files, once their newest message is past the retention time, and the
 oldest while a topic retains more than its bytes; a rewind filters by the time exactly, so a message past it is
@@ -82,7 +82,7 @@ class RetainedTopic:
                 self.log.append(entries, due_ns, self._segment_bytes, self._roll_after_ns)
                 return None
             except OSError as error:
-                if error.errno in (errno.ENOSPC, errno.EDQUOT) and self.log.drop_oldest():
+                if error.errno in (errno.ENOSPC, errno.EDQUOT) and self._retention.reclaim(1):
                     continue  # the oldest retained goes first: a publish always wins
                 self.refused_count += len(entries)
                 log.error("RETENTION(%s): %d messages not retained - %s", self.log.name, len(entries), error)
@@ -145,6 +145,20 @@ class Retention:
             self.own.pop(name, None)
         else:
             self.own[name] = settings
+
+    def reclaim(self, wanted: int) -> bool:
+        """The disk is full: removes the oldest retained files, of whichever topics, until ``wanted`` bytes are
+        freed or none is left; whether any was."""
+        freed = 0
+        while freed < wanted:
+            dated = [(oldest, retained) for retained in self.topics.values()
+                     if (oldest := retained.log.oldest_file_ns) is not None]
+            if not dated:
+                break
+            _, oldest_topic = min(dated, key=lambda pair: pair[0])
+            freed += oldest_topic.log.drop_oldest()
+            log.warning("RETENTION(%s): the disk is full, its oldest retained file removed", oldest_topic.log.name)
+        return freed > 0
 
     def forget(self, name: str) -> None:
         """The topic no longer retains (turned off, or deleted): its files go."""

@@ -160,12 +160,18 @@ class RetentionLog:
             removed += self._remove_oldest()
         return removed
 
-    def drop_oldest(self) -> bool:
-        """Removes the oldest file (a full disk wants room); False when there is none to remove."""
-        if not self._segments or not self._segments[0].size:
-            return False
+    @property
+    def oldest_file_ns(self) -> int | None:
+        """When the oldest file's first message was published; None: no file holds any."""
+        return self._segments[0].first_ns if self._segments and self._segments[0].size else None
+
+    def drop_oldest(self) -> int:
+        """Removes the oldest file (a full disk wants room): the bytes it held (0: there was none)."""
+        if self.oldest_file_ns is None:
+            return 0
+        size = self._segments[0].size
         self._remove_oldest()
-        return True
+        return size
 
     def _remove_oldest(self) -> int:
         segment = self._segments.pop(0)

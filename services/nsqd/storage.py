@@ -15,7 +15,7 @@ deferred, else at exit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from nsqclient.protocol.names import is_ephemeral
 
@@ -43,10 +43,16 @@ class Storage:
         self._opts = opts
         self._on_disk_only = opts.mem_queue_size == 0
         self._recordings: list[Recording] = []
+        self._reclaim: Callable[[int], bool] | None = None
 
     def record_with(self, recording: Recording) -> None:
         """Queues handed their recorders from now on are recorded by ``recording`` too."""
         self._recordings.append(recording)
+
+    def reclaim_with(self, reclaim: Callable[[int], bool]) -> None:
+        """A disk queue the disk refuses a write frees room with ``reclaim`` (bytes wanted; whether it freed any)
+        before refusing the write."""
+        self._reclaim = reclaim
 
     def topic_recorder(self, name: str) -> TopicRecorder:
         return NULL_TOPIC if is_ephemeral(name) else topic_recorder(self._recordings, name)
@@ -84,9 +90,11 @@ class Storage:
 
     def _disk_queue(self, data_path: Path, name: str, hold: bool) -> DiskQueue:
         opts = self._opts
-        return DiskQueue(name, data_path, opts.max_bytes_per_file, opts.max_msg_size, opts.sync_every,
-                         hold_key=message_id if hold else None, max_bytes=opts.max_bytes_per_queue,
-                         drop_oldest=opts.queue_full_policy == "drop-oldest")
+        queue = DiskQueue(name, data_path, opts.max_bytes_per_file, opts.max_msg_size, opts.sync_every,
+                          hold_key=message_id if hold else None, max_bytes=opts.max_bytes_per_queue,
+                          drop_oldest=opts.queue_full_policy == "drop-oldest")
+        queue.reclaim = self._reclaim
+        return queue
 
     def _forget(self, backend: Backend) -> None:
         self.queues.pop(backend.name, None)

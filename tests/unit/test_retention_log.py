@@ -125,3 +125,15 @@ def test_a_since_is_earliest_a_time_or_a_duration_before_now(text: str, expected
 def test_anything_else_is_not_a_since(text: str) -> None:
     with pytest.raises((ValueError, OverflowError)):
         parse_since(text, 0)
+
+
+def test_a_full_disk_takes_the_oldest_retained_files_of_any_topic_first(tmp_path: Path) -> None:
+    retention = Retention(tmp_path, Options(retention_time=3600, max_bytes_per_file=100))
+    now = time.time_ns()
+    for topic, start in (("a", now + 10), ("b", now), ("a", now + 20), ("b", now + 30)):
+        retention.topic(topic).published(False, 0, entries(0, 5, start))
+    assert retention.reclaim(1)  # b's first file is the oldest
+    assert [retention.topics[name].log.oldest_ns for name in ("a", "b")] == [now + 10, now + 30]
+    assert retention.reclaim(1 << 20)  # as much as there is
+    assert not retention.reclaim(1)
+    assert [retention.topics[name].log.count for name in ("a", "b")] == [0, 0]
