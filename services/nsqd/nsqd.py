@@ -368,6 +368,7 @@ class NSQD:
         """The topic's own retention settings, in force at once."""
         self.retention.set(topic.name, settings)
         topic.record_with(self.storage.topic_recorder(topic.name))
+        self._metadata_changed.set()
 
     def _metadata(self) -> list[metadata.TopicMetadata]:
         return metadata.snapshot(self.topics, self.retention.own)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import logging
 import time
 from dataclasses import dataclass
@@ -56,6 +57,14 @@ class RetentionSettings:
 DEFAULT = RetentionSettings()
 
 
+def segment_sizes(time_ns: int, max_bytes: int, max_bytes_per_file: int) -> tuple[int, int]:
+    """When a retention file rolls: at a tenth of the byte limit (at most ``max_bytes_per_file``), and once its first
+    message is older than a tenth of the retention time."""
+    segment_bytes = max(MIN_SEGMENT_BYTES, min(max_bytes // 10, max_bytes_per_file)) if max_bytes \
+        else max_bytes_per_file
+    return segment_bytes, time_ns // 10
+
+
 class RetainedTopic:
     """The recorder of a topic that retains: appends every publish to its log."""
 
@@ -65,18 +74,25 @@ class RetainedTopic:
         self.refused_count = 0  # messages published but not retained: the disk had no room
         self.time_ns = 0
         self.max_bytes = 0
+        self.kept = (0, 0)  # as a replication link tells it
         self._segment_bytes = 0
         self._roll_after_ns = 0
 
     def configure(self, seconds: float, max_bytes: int, max_bytes_per_file: int) -> None:
         self.time_ns = round(seconds * 1e9)
         self.max_bytes = max_bytes
-        self._segment_bytes = max(MIN_SEGMENT_BYTES, min(max_bytes // 10, max_bytes_per_file)) if max_bytes \
-            else max_bytes_per_file
-        self._roll_after_ns = self.time_ns // 10
+        self.kept = (self.time_ns, max_bytes)
+        self._segment_bytes, self._roll_after_ns = segment_sizes(self.time_ns, max_bytes, max_bytes_per_file)
 
     def published(self, held: bool, defer_ms: int, entries: list[QueuedMessage]) -> None:
-        due_ns = entries[0][2] + defer_ms * 1_000_000 if defer_ms else 0
+        self._append(entries, entries[0][2] + defer_ms * 1_000_000 if defer_ms else 0)
+
+    def take_history(self, batch: list[tuple[QueuedMessage, int]]) -> None:
+        """Messages another nsqd retained, each with its due time (taken over with that nsqd's queues)."""
+        for due_ns, group in itertools.groupby(batch, key=lambda item: item[1]):
+            self._append([entry for entry, _ in group], due_ns)
+
+    def _append(self, entries: list[QueuedMessage], due_ns: int) -> None:
         while True:
             try:
                 self.log.append(entries, due_ns, self._segment_bytes, self._roll_after_ns)
@@ -119,6 +135,11 @@ class Retention:
         self._opts = opts
         self.own: dict[str, RetentionSettings] = {}
         self.topics: dict[str, RetainedTopic] = {}
+
+    def kept(self, name: str) -> tuple[int, int] | None:
+        """How long (nanoseconds) and how much (bytes) the topic retains; None: nothing."""
+        retained = self.topics.get(name)
+        return None if retained is None else retained.kept
 
     def settings(self, name: str) -> tuple[float, int]:
         """The topic's retention time (seconds; 0: off) and bytes (0: no cap), its own or the flags'."""

@@ -42,8 +42,8 @@ class Segment:
     number: int
     size: int = 0
     count: int = 0
-    first_ns: int = 0  # the timestamp of its first message (0: none yet)
-    last_ns: int = 0
+    first_ns: int = 0  # the timestamp of its oldest message (0: none yet)
+    last_ns: int = 0  # of its newest
 
 
 @dataclass(frozen=True)
@@ -88,10 +88,10 @@ class RetentionLog:
         reader = SegmentReader(path, 0)
         try:
             while payloads := reader.take(_READ_BATCH, self._max_record, None):
-                if not segment.count:
-                    segment.first_ns = HEADER.unpack_from(payloads[0])[0]
+                stamps = [HEADER.unpack_from(payload)[0] for payload in payloads]
+                segment.first_ns = min(stamps) if not segment.count else min(segment.first_ns, *stamps)
+                segment.last_ns = max(segment.last_ns, *stamps)
                 segment.count += len(payloads)
-                segment.last_ns = HEADER.unpack_from(payloads[-1])[0]
             segment.size = reader.position
         finally:
             reader.close()
@@ -112,11 +112,12 @@ class RetentionLog:
         if fd is None:
             fd = self._fd = os.open(self.path(segment.number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         write_whole(fd, data, segment.size)
-        if not segment.count:
-            segment.first_ns = first_ns
+        stamps = [entry[2] for entry in entries]
+        # history taken over from another nsqd comes after newer messages: the oldest and newest, not the first and last
+        segment.first_ns = min(stamps) if not segment.count else min(segment.first_ns, *stamps)
+        segment.last_ns = max(segment.last_ns, *stamps)
         segment.size += len(data)
         segment.count += len(entries)
-        segment.last_ns = entries[-1][2]
         self.unsynced = True
 
     def _write_segment(self, now_ns: int, segment_bytes: int, roll_after_ns: int) -> Segment:

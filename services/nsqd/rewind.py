@@ -13,6 +13,7 @@ channel takes what its memory queue has room for.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from datetime import datetime, timedelta, timezone
@@ -20,12 +21,16 @@ from typing import TYPE_CHECKING, Awaitable, NamedTuple
 
 from shared.flags import parse_duration
 
+from .topic import TopicError
+
 if TYPE_CHECKING:
     from .channel import Channel
     from .message import QueuedMessage
     from .recorder import Outstanding
     from .retention import RetainedTopic
     from .topic import Topic
+
+log = logging.getLogger("nsqd")
 
 EARLIEST = "earliest"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -87,7 +92,11 @@ async def rewind(topic: Topic, channel: Channel, retained: RetainedTopic | None,
         if queued:
             _add(channel, queued, 0, waits)
         for wait in waits:
-            await wait
+            try:
+                await wait
+            except TopicError as error:  # put back all the same, as a lost nsqd's messages taken over are
+                log.warning("rewinding %s/%s: messages put back without all their copies - %s", topic.name,
+                            channel.name, error)
         if rewound == room:
             break
     return Rewound(rewound, expired)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,22 @@ def test_a_record_that_cannot_be_written_is_not_applied_and_the_next_one_goes_wh
     store.apply(publish(2, "t", ("c",), ids(1, 2)))
     assert outstanding(store) == {("t", "c", ids(1)[0]), ("t", "c", ids(1, 2)[0])}
     assert [message[1] for _, _, message, _ in store.outstanding()] == [b"body " + ids(1)[0], b"body " + ids(1, 2)[0]]
+
+
+def test_what_the_origins_topic_retains_is_retained_apart_from_the_queues(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path / "copy"))
+    hour = (3_600_000_000_000, 0)
+    retained = Publish(1, "t", ("c",), 0, Messages.of([(msg_id, b"kept", time.time_ns(), 0) for msg_id in ids(3)]),
+                       hour)
+    store.apply(retained)
+    store.apply(Finish(2, "t", "c", tuple(ids(3))))
+    store.apply(publish(3, "t", ("c",), ids(1, 10)))  # added to a channel (a rewind): not retained again
+    history = Publish(4, "t", (), 0, Messages.of([(msg_id, b"old", time.time_ns(), 0) for msg_id in ids(2, 20)]),
+                      hour, history=True)
+    store.apply(history)
+    assert outstanding(store) == {("t", "c", ids(1, 10)[0])}  # history is in no queue
+    assert store.history.retain == {"t": hour}
+    assert [entry[0] for batch in store.history.read("t") for entry, _ in batch] == ids(3) + ids(2, 20)
+    store.apply(DropTopic(5, "t", False))
+    assert store.history.logs == {} and not list((tmp_path / "copy" / "retained").iterdir())
+    store.close()

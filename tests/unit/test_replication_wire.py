@@ -14,6 +14,8 @@ FRAMES: list[Frame] = [
     Hello("10.0.0.1:4150", 7, 1),
     Publish(1, "orders", ("archive", "billing"), 0, TWO),
     Publish(2, "orders", (), 1500, Messages.of([(b"0123456789abcdeg", b"x" * 70_000, 2, 0)])),
+    Publish(2, "orders", ("archive",), 0, TWO, (3_600_000_000_000, 1_000_000)),  # the topic retains it
+    Publish(2, "orders", (), 0, TWO, (3_600_000_000_000, 0), history=True),  # to retain only
     Distribute(3, "orders", ("archive",)),
     Requeue(3, "orders", "archive", b"0123456789abcdef", 4, 1_700_000_000_000_000_000),
     Finish(4, "orders", "archive", (b"0123456789abcdef", b"fedcba9876543210")),

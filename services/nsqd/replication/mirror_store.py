@@ -24,10 +24,12 @@ from dataclasses import dataclass, field
 
 from ..message import BODY, ID, TIMESTAMP, QueuedMessage
 from .mirror_files import MirrorFiles, Segment
+from .mirrored_history import MirroredHistory
 from .wire import (TOPIC_QUEUE, Distribute, DropChannel, DropTopic, Finish, Messages, Publish, Record, Requeue,
                    Snapshot, SnapshotEnd)
 
 COMPACT_AT = 4096
+HISTORY_DIRECTORY = "retained"  # in the copy's directory: what the origin's topics retain (mirrored_history.py)
 
 
 class OutOfOrder(Exception):
@@ -162,6 +164,7 @@ class MirrorStore:
         self.fenced = False  # the origin is gone from the cluster: none of its records are taken any more
         self.complete = applied == 0  # holds everything of the epoch (a store started later waits for a snapshot)
         self._snapshot_at = -1  # the sequence of the snapshot being received
+        self.history = MirroredHistory(files.directory / HISTORY_DIRECTORY)
 
     def apply(self, record: Record) -> None:
         if self.fenced:
@@ -169,7 +172,10 @@ class MirrorStore:
         if record.sequence != self.applied + 1:
             raise OutOfOrder(f"record {record.sequence} after {self.applied}")
         if isinstance(record, Publish):
-            self._publish(record)
+            if record.retain is not None:
+                self.history.add(record)
+            if not record.history:
+                self._publish(record)
         elif isinstance(record, Finish):
             topic = self.topics.get(record.topic)
             if topic is not None:
@@ -195,6 +201,7 @@ class MirrorStore:
                 self.topics.get(record.topic, _NO_TOPIC).held.drop()
             else:
                 self.topics.pop(record.topic, _NO_TOPIC).drop()
+                self.history.drop(record.topic)
         self.applied = record.sequence
 
     def take_snapshot(self, frame: Snapshot | SnapshotEnd) -> None:
@@ -232,6 +239,7 @@ class MirrorStore:
     def close(self) -> None:
         """No longer needed: its files deleted."""
         self.topics.clear()
+        self.history.close()
         self.files.close()
 
     def _publish(self, record: Publish) -> None:

@@ -21,6 +21,7 @@ from nsqclient.version import VERSION
 from shared.listeners import listen_tcp
 
 from ..message import ATTEMPTS, BODY, TIMESTAMP, QueuedMessage
+from ..retention import RetentionSettings
 from .mirror_server import MirrorLinkServer
 from .origin import Origin
 from .records import OriginRecording
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
     from ..options import Options
     from ..recorder import Outstanding, Recording
+    from ..retention import Retention
     from ..topic import Topic
     from .adoption import Adoption
     from .membership import Membership
@@ -51,7 +53,11 @@ class Host(Protocol):
     hostname: str
     topics: dict[str, Topic]
 
+    retention: Retention
+
     def get_topic(self, name: str) -> Topic: ...
+
+    def set_retention(self, topic: Topic, settings: RetentionSettings) -> None: ...
 
     def record_with(self, recording: Recording) -> None:
         """Every queue that is not ephemeral is recorded by ``recording`` from now on."""
@@ -91,7 +97,7 @@ class Replication:
             self.origin = Origin(self._host.broadcast_tcp_address(), 0, self._opts.min_in_sync,
                                  self._opts.replication_timeout)
             self.origin.outstanding = self._outstanding
-            self._host.record_with(OriginRecording(self.origin))
+            self._host.record_with(OriginRecording(self.origin, self._host.retention))
         self._membership_start = asyncio.create_task(self._join_cluster(), name="etcd-membership-start")
 
     async def stop(self) -> None:
@@ -257,7 +263,28 @@ class Replication:
         for result in await asyncio.gather(*waits, return_exceptions=True):
             if isinstance(result, Exception):
                 log.warning("REPLICATION: adopted messages of %s without all their copies: %s", store.origin, result)
+        await self._adopt_history(store)
         return count
+
+    async def _adopt_history(self, store: MirrorStore) -> None:
+        """What the lost origin's topics retained, into this nsqd's retention of the same topics, and to this nsqd's
+        own mirrors: a rewind here goes back as far as it could there, and survives the next loss too. A topic
+        without settings of its own here takes the origin's (an operator's setting follows the topic)."""
+        retention = self._host.retention
+        for name, (time_ns, max_bytes) in store.history.retain.items():
+            topic = self._host.get_topic(name)
+            if name not in retention.own and retention.kept(name) != (time_ns, max_bytes):
+                self._host.set_retention(topic, RetentionSettings(time_ns / 1e9, max_bytes))
+            retained = retention.topics.get(name)
+            if retained is None:  # this nsqd keeps no files (no data path)
+                continue
+            batches, count = store.history.read(name), 0
+            while (batch := await asyncio.to_thread(next, batches, None)) is not None:
+                retained.take_history(batch)
+                if self.origin is not None:
+                    self.origin.record_history(name, retained.kept, [entry for entry, _ in batch])
+                count += len(batch)
+            log.info("REPLICATION: took over %d retained messages of %s's topic %s", count, store.origin, name)
 
     def _take_adopted(self, groups: dict[tuple[str, str | None, int], list[QueuedMessage]],
                       waits: list[Awaitable[None]]) -> None:

@@ -101,12 +101,17 @@ class Origin:
 
     # -- what happens to the queues ---------------------------------------------------------------------------
 
-    def published(self, topic: str, channels: tuple[str, ...], defer_ms: int,
-                  entries: list[QueuedMessage]) -> Awaitable[None]:
-        """Done once enough copies hold the publish; ReplicationError if there are too few."""
+    def published(self, topic: str, channels: tuple[str, ...], defer_ms: int, entries: list[QueuedMessage],
+                  retain: tuple[int, int] | None = None) -> Awaitable[None]:
+        """Done once enough copies hold the publish; ReplicationError if there are too few. ``retain``: the topic
+        retains it (its retention time in nanoseconds and bytes), and so do the mirrors."""
         sequence = self._next()
-        self._record(Publish(sequence, topic, channels, defer_ms, Messages.of(entries)))
+        self._record(Publish(sequence, topic, channels, defer_ms, Messages.of(entries), retain))
         return self._copies(sequence)
+
+    def record_history(self, topic: str, retain: tuple[int, int], entries: list[QueuedMessage]) -> None:
+        """Messages the topic retains, to be retained by the mirrors too, in no queue (a lost nsqd's history)."""
+        self._record(Publish(self._next(), topic, (), 0, Messages.of(entries), retain, history=True))
 
     def distributed(self, topic: str, channels: tuple[str, ...]) -> None:
         self._record(Distribute(self._next(), topic, channels))

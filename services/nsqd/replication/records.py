@@ -8,30 +8,40 @@ a publish handed to the channels names them, as a backlog handed out does.
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from typing import Protocol
 
 from ..message import ID, QueuedMessage
 from .origin import Origin
 from .wire import TOPIC_QUEUE, dead_letters_of
 
 
-class OriginRecording:
-    """Every topic that is not ephemeral is recorded by ``origin``."""
+class Retaining(Protocol):
+    def kept(self, topic: str) -> tuple[int, int] | None:
+        """How long (nanoseconds) and how much (bytes) the topic retains of what it publishes; None: nothing."""
 
-    def __init__(self, origin: Origin) -> None:
+
+class OriginRecording:
+    """Every topic that is not ephemeral is recorded by ``origin``; what a topic retains (``retention``), its
+    mirrors retain too."""
+
+    def __init__(self, origin: Origin, retention: Retaining) -> None:
         self.origin = origin
+        self._retention = retention
 
     def topic(self, name: str) -> TopicRecord:
-        return TopicRecord(self.origin, name)
+        return TopicRecord(self.origin, name, self._retention)
 
 
 class TopicRecord:
-    def __init__(self, origin: Origin, name: str) -> None:
+    def __init__(self, origin: Origin, name: str, retention: Retaining) -> None:
         self._origin = origin
         self.name = name
         self.channels: dict[str, None] = {}  # in the order they were made
+        self._retention = retention
 
     def published(self, held: bool, defer_ms: int, entries: list[QueuedMessage]) -> Awaitable[None]:
-        return self._origin.published(self.name, () if held else tuple(self.channels), defer_ms, entries)
+        return self._origin.published(self.name, () if held else tuple(self.channels), defer_ms, entries,
+                                      self._retention.kept(self.name))
 
     def distributed(self) -> None:
         self._origin.distributed(self.name, tuple(self.channels))

@@ -9,7 +9,10 @@ closes.
 Frame: size (4 bytes, big-endian, what follows), type (1 byte), body. Names are ASCII and at most 64 bytes (NSQ's
 rule), each with a 1-byte length; a message is its 16-byte ID, its timestamp (8 bytes, nanoseconds), its attempts
 (2 bytes) and its body (4-byte length). A publish's messages stay in that form (``Messages``) on both sides: the
-origin encodes them once for every mirror, and a mirror holds them so, decoding them only to read them.
+origin encodes them once for every mirror, and a mirror holds them so, decoding them only to read them. A publish
+of a topic that retains what it published carries the topic's retention (``retain``: its time in nanoseconds and
+its bytes), so that its mirrors retain it too; ``history`` marks messages to retain only (a lost nsqd's history
+taken over), in no queue.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Union
 
 from ..message import QueuedMessage
 
-MAGIC = b"  R1"
+MAGIC = b"  R2"
 MAX_FRAME = 64 * 1024 * 1024
 
 _HEADER = struct.Struct(">IB")
@@ -116,6 +119,8 @@ class Publish:
     channels: tuple[str, ...]
     defer_ms: int
     messages: Messages
+    retain: tuple[int, int] | None = None  # the topic retains them: (time in nanoseconds, bytes; 0: no cap)
+    history: bool = False  # to retain only: in no queue
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,8 @@ Frame = Union[Hello, Ack, Refuse, Record, Snapshot, SnapshotEnd]
 _HELLO, _ACK, _REFUSE, _PUBLISH, _DISTRIBUTE, _FINISH, _DROP_CHANNEL, _DROP_TOPIC, _SNAPSHOT, _SNAPSHOT_END, \
     _REQUEUE = range(1, 12)
 _REQUEUED = struct.Struct(">16sHq")
+_RETAIN = struct.Struct(">qq")
+_RETAINED, _HISTORY = 1, 2  # a publish's flags
 
 # where a channel's dead letters are, as the link names them: a name no channel can have
 DEAD_LETTERS = ":dead"
@@ -227,7 +234,13 @@ def encode(frame: Frame) -> bytes:
     if isinstance(frame, Publish):
         out = bytearray(_HEADER.size)
         out += _SEQUENCE.pack(frame.sequence) + _name(frame.topic) + _names(frame.channels)
-        out += _DEFER.pack(frame.defer_ms) + _COUNT.pack(frame.messages.count)
+        out += _DEFER.pack(frame.defer_ms)
+        if frame.retain is None:
+            out.append(_HISTORY if frame.history else 0)
+        else:
+            out.append(_RETAINED | (_HISTORY if frame.history else 0))
+            out += _RETAIN.pack(*frame.retain)
+        out += _COUNT.pack(frame.messages.count)
         out += frame.messages.data
         _HEADER.pack_into(out, 0, len(out) - 4, _PUBLISH)
         return bytes(out)
@@ -300,9 +313,12 @@ def _decode(kind: int, body: bytes) -> Frame:
         (sequence,) = reader.unpack(_SEQUENCE)
         topic, channels = reader.name(), reader.names()
         (defer_ms,) = reader.unpack(_DEFER)
+        flags = reader.take(1)[0]
+        retain = _pair(reader.unpack(_RETAIN)) if flags & _RETAINED else None
         (count,) = reader.unpack(_COUNT)
         data = reader.take(len(body) - reader.at)
-        frame = Publish(sequence, topic, channels, defer_ms, Messages(data, count, _ids_of(data, count)))
+        frame = Publish(sequence, topic, channels, defer_ms, Messages(data, count, _ids_of(data, count)),
+                        retain, bool(flags & _HISTORY))
     elif kind == _FINISH:
         (sequence,) = reader.unpack(_SEQUENCE)
         topic, channel = reader.name(), reader.name()
@@ -332,6 +348,10 @@ def _decode(kind: int, body: bytes) -> Frame:
         raise WireError(f"unknown frame type {kind}")
     reader.done()
     return frame
+
+
+def _pair(values: tuple[int, ...]) -> tuple[int, int]:
+    return values[0], values[1]
 
 
 class FrameReader:
