@@ -87,6 +87,8 @@ def test_every_state_changing_route_is_guarded(nsqd: NSQDProcess, admin: NSQDPro
     cross_site = {"Origin": ATTACKER, "Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"}
     log_level = get_json(admin, "/config/log_level")[1]
     attempts = [("POST", "/api/topics", {"topic": "new"}), ("POST", "/api/topics/orders/c", {"action": "pause"}),
+                ("POST", "/api/topics/orders/c", {"action": "rewind", "since": "earliest"}),
+                ("POST", "/api/topics/orders", {"action": "set_retention", "time": "1h"}),
                 ("DELETE", "/api/topics/orders", None), ("DELETE", "/api/topics/orders/c", None),
                 ("DELETE", f"/api/nodes/127.0.0.1:{nsqd.http_port}", {"topic": "orders"}),
                 ("POST", "/api/topics/orders", b"not json"), ("POST", "/api/topics/orders", b"x" * (2 << 20)),
@@ -97,7 +99,8 @@ def test_every_state_changing_route_is_guarded(nsqd: NSQDProcess, admin: NSQDPro
     channel = nsqd.channel_stats("orders", "c")
     assert (channel["paused"], channel["depth"]) == (False, 3)
     assert [action for action, _, _ in audited(admin)] == [
-        "unknown", "unknown", "tombstone_topic_producer", "delete_channel", "delete_topic", "pause_channel", "create_topic"]
+        "unknown", "unknown", "tombstone_topic_producer", "delete_channel", "delete_topic", "set_retention",
+        "rewind_channel", "pause_channel", "create_topic"]
     assert get_json(admin, "/config/log_level")[1] == log_level
 
 

@@ -247,3 +247,22 @@ async def test_kill_9_right_after_publishing_keeps_what_was_retained(tmp_path: P
         assert [m.body for m in await consume(nsqd, "events", "c", 500)] == [b"%d" % n for n in range(500)]
     finally:
         nsqd.stop()
+
+
+async def test_an_ephemeral_channel_takes_what_its_memory_holds_and_a_config_file_sets_retention(
+        tmp_path: Path) -> None:
+    config = tmp_path / "nsqd.toml"
+    config.write_text('retention_time = "1h"\nretention_bytes = 1000000\nmem_queue_size = 10\n')
+    (tmp_path / "data").mkdir()
+    nsqd = start_nsqd(f"--config={config}", data_path=tmp_path / "data")
+    try:
+        assert post(nsqd, "/topic/create?topic=events")[0] == 200
+        assert post(nsqd, "/channel/create?topic=events&channel=c")[0] == 200
+        nsqd.multi_publish("events", [b"%d" % n for n in range(25)])
+        stats = topic_stats(nsqd, "events")
+        assert (stats["retention_time"], stats["retention_bytes"], stats["retained_count"]) == ("1h0m0s", 1_000_000, 25)
+        assert post(nsqd, "/channel/create?topic=events&channel=tail%23ephemeral&since=earliest") == (
+            200, {"rewound": 10, "created": True})  # its memory queue holds 10
+        assert nsqd.channel_stats("events", "tail#ephemeral")["depth"] == 10
+    finally:
+        nsqd.stop()
