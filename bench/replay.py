@@ -4,9 +4,10 @@
    awaiting their OKs, 200-byte messages, against nsqd at its defaults with its topic's channel in place, once with
    retention off (NSQ's behaviour) and once with ``--retention-time=24h``, alternating, ``--rounds`` times: nsqd's
    CPU seconds per million messages, and the ratio on/off.
-2. What a rewind costs: ``--messages`` messages published (MPUB x200) and consumed (RDY 2500, FIN each) as
-   ``make bench``'s (c) consumes a backlog; then ``/channel/rewind?since=earliest`` (timed), and the same messages
-   consumed again: the rate beside the first consumption's.
+2. What a rewind costs: ``--messages`` messages published (MPUB x200); a rewind while all of them are still pending
+   (what its scan of the channel costs: nothing is put back); then consumed (RDY 2500, FIN each) as ``make bench``'s
+   (c) consumes a backlog; then ``/channel/rewind?since=earliest`` (timed), and the same messages consumed again:
+   the rate beside the first consumption's.
 3. Disk bytes per retained 200-byte message.
 """
 
@@ -71,6 +72,10 @@ def rewind_cost(pool: ProcessPoolExecutor, messages: int) -> None:
             bodies = b"\n".join([b"x" * SIZE] * 200)
             for _ in range(messages // 200):
                 assert nsqd.http("POST", f"/mpub?topic={TOPIC}", bodies)[0] == 200
+            started = time.perf_counter()
+            status, _, answer = nsqd.http("POST", f"/channel/rewind?topic={TOPIC}&channel=ch&since=earliest")
+            print(f"rewind with all {messages:,} still pending in the channel: {time.perf_counter() - started:.2f} s "
+                  f"(the scan of what it has; answered {answer.decode()})", flush=True)
             first = consume_row(pool, nsqd, "(c) consume the backlog, RDY 2500, FIN each", messages)
             cpu_before, started = cpu_seconds(nsqd_pid), time.perf_counter()
             status, _, answer = nsqd.http("POST", f"/channel/rewind?topic={TOPIC}&channel=ch&since=earliest")

@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqd")
 
 FILENAME = "nsqd.dat"
-# a disk queue's files: its segments, its metadata, its deferred messages (``<topic>`` or ``<topic>:<channel>``)
-_QUEUE_FILE = re.compile(r"^(?P<name>.+)\.diskqueue\.(\d{6}|meta|deferred)\.dat$")
+# a disk queue's files: its segments, its metadata, its deferred messages (``<topic>`` or ``<topic>:<channel>``);
+# and a topic's retention files
+_QUEUE_FILE = re.compile(r"^(?P<name>.+)\.(diskqueue\.(\d{6}|meta|deferred)|retention\.\d{6})\.dat$")
 
 
 class MetadataError(Exception):
@@ -112,9 +113,9 @@ def load(data_path: Path) -> list[TopicMetadata]:
 
 
 def with_queues_on_disk(data_path: Path, recorded: list[TopicMetadata]) -> list[TopicMetadata]:
-    """``recorded`` plus the topics and channels whose disk queues are in ``data_path`` but which it does not name:
-    nsqd.dat is rewritten after a topic or channel appears, and a crash in between would otherwise leave their
-    acknowledged messages on disk, forgotten."""
+    """``recorded`` plus the topics and channels whose disk queues (or retention files) are in ``data_path`` but which
+    it does not name: nsqd.dat is rewritten after a topic or channel appears, and a crash in between would otherwise
+    leave their acknowledged messages on disk, forgotten."""
     topics = {topic.name: topic for topic in recorded}
     for path in sorted(data_path.iterdir()):
         match = _QUEUE_FILE.match(path.name)

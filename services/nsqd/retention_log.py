@@ -104,18 +104,15 @@ class RetentionLog:
 
     def append(self, entries: list[QueuedMessage], due_ns: int, segment_bytes: int, roll_after_ns: int) -> None:
         """Appends ``entries`` with one write, or raises OSError having written none of them."""
-        data = b"".join(SIZE.pack(ID_END + len(body)) + HEADER.pack(timestamp, due_ns) + msg_id + body
-                        for msg_id, body, timestamp, _ in entries)
-        first_ns = entries[0][2]
-        segment = self._write_segment(first_ns, segment_bytes, roll_after_ns)
+        data, oldest, newest = _encoded(entries, due_ns)
+        segment = self._write_segment(entries[0][2], segment_bytes, roll_after_ns)
         fd = self._fd
         if fd is None:
             fd = self._fd = os.open(self.path(segment.number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         write_whole(fd, data, segment.size)
-        stamps = [entry[2] for entry in entries]
         # history taken over from another nsqd comes after newer messages: the oldest and newest, not the first and last
-        segment.first_ns = min(stamps) if not segment.count else min(segment.first_ns, *stamps)
-        segment.last_ns = max(segment.last_ns, *stamps)
+        segment.first_ns = min(segment.first_ns, oldest) if segment.count else oldest
+        segment.last_ns = max(segment.last_ns, newest)
         segment.size += len(data)
         segment.count += len(entries)
         self.unsynced = True
@@ -213,6 +210,23 @@ class RetentionLog:
                         if timestamp >= since_ns]
                 if kept:
                     yield kept
+
+
+def _encoded(entries: list[QueuedMessage], due_ns: int) -> tuple[bytes, int, int]:
+    """The records of ``entries``, and their oldest and newest timestamps. A publish's messages share their
+    timestamp, so its header is packed once."""
+    if len(entries) == 1:
+        msg_id, body, timestamp, _ = entries[0]
+        return SIZE.pack(ID_END + len(body)) + HEADER.pack(timestamp, due_ns) + msg_id + body, timestamp, timestamp
+    pack_size, parts = SIZE.pack, list[bytes]()
+    oldest = newest = header_for = entries[0][2]
+    header = HEADER.pack(header_for, due_ns)
+    for msg_id, body, timestamp, _ in entries:
+        if timestamp != header_for:
+            header, header_for = HEADER.pack(timestamp, due_ns), timestamp
+            oldest, newest = min(oldest, timestamp), max(newest, timestamp)
+        parts += (pack_size(ID_END + len(body)), header, msg_id, body)
+    return b"".join(parts), oldest, newest
 
 
 def _records(path: Path, start: int, end: int, max_record: int) -> Iterator[list[tuple[int, int, bytes, bytes]]]:

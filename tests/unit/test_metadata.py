@@ -8,6 +8,7 @@ import pytest
 from services.nsqd import metadata
 from services.nsqd.storage import Storage
 from services.nsqd.metadata import ChannelMetadata, DataPathLock, MetadataError, TopicMetadata
+from services.nsqd.retention import RetentionSettings
 from services.nsqd.topic import Topic
 from tests.unit.nsqd_fixtures import options
 
@@ -66,11 +67,22 @@ def test_disk_queues_nsqd_dat_does_not_name_are_recovered(tmp_path: Path) -> Non
     recorded = [TopicMetadata("kept", channels=[ChannelMetadata("a")])]
     for name in ("kept.diskqueue.000000.dat", "kept:a.diskqueue.meta.dat", "kept:late.diskqueue.000003.dat",
                  "new.diskqueue.meta.dat", "new:c.diskqueue.deferred.dat", "gone.diskqueue.000000.dat.bad",
-                 "tmp#ephemeral.diskqueue.000000.dat", "bad!name.diskqueue.000000.dat", "notes.txt"):
+                 "tmp#ephemeral.diskqueue.000000.dat", "bad!name.diskqueue.000000.dat", "notes.txt",
+                 "history.retention.000002.dat", "kept.retention.000001.dat"):
         (tmp_path / name).write_bytes(b"")
     topics = metadata.with_queues_on_disk(tmp_path, recorded)
     assert [(topic.name, [channel.name for channel in topic.channels]) for topic in topics] == [
-        ("kept", ["a", "late"]), ("new", ["c"])]
+        ("kept", ["a", "late"]), ("history", []), ("new", ["c"])]
+
+
+def test_a_topics_own_retention_is_kept_beside_nsqs_fields(tmp_path: Path) -> None:
+    topics = [TopicMetadata("t", retention=RetentionSettings(3600.0, 10_000)),
+              TopicMetadata("u", retention=RetentionSettings(time=0.0)), TopicMetadata("v")]
+    metadata.save(tmp_path, topics)
+    saved = json.loads((tmp_path / "nsqd.dat").read_text())["topics"]
+    assert [(topic.get("retention_time"), topic.get("retention_bytes")) for topic in saved] == [
+        ("1h0m0s", 10_000), ("0s", None), (None, None)]
+    assert metadata.load(tmp_path) == topics
 
 
 def test_a_topics_own_ttl_is_kept_beside_nsqs_fields(tmp_path: Path) -> None:
