@@ -3,7 +3,8 @@ retention recorder does when the disk is full (retention.py)."""
 
 from __future__ import annotations
 
-import errno
+import resource
+import signal
 import time
 from pathlib import Path
 
@@ -71,30 +72,28 @@ def test_a_restart_counts_what_is_on_disk_and_cuts_a_torn_record(tmp_path: Path)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_full_disk_removes_the_oldest_retained_and_never_fails_a_publish(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    retention = Retention(tmp_path, Options(retention_time=3600, max_bytes_per_file=100))
+def test_a_write_refused_for_another_reason_than_room_is_not_retained_and_the_publish_goes_on(
+        tmp_path: Path) -> None:
+    """(A full disk, which removes the oldest retained files first, is tests/functional/test_full_disk.py's.)"""
+    retention = Retention(tmp_path, Options(retention_time=3600))
     recorder = retention.topic("t")
     assert recorder is not NULL_TOPIC
     now = time.time_ns()
     recorder.published(False, 0, entries(0, 5, now))
-    recorder.published(False, 0, entries(5, 5, now))
     log = retention.topics["t"].log
-    assert log.count == 10
-    real_append = log.append
-    refusals = iter([True, False])
-
-    def full_once(*args: object) -> None:
-        if next(refusals, True):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_append(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(log, "append", full_once)
-    assert recorder.published(False, 0, entries(10, 1, now)) is None
-    assert (log.count, retention.topics["t"].refused_count) == (6, 0)  # the oldest file went, then it was kept
-    assert recorder.published(False, 0, entries(11, 1, now)) is None  # nothing left to remove: not kept
-    assert retention.topics["t"].refused_count == 1
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (log.size, limit[1]))  # a file size limit: EFBIG
+    try:
+        assert recorder.published(False, 0, entries(5, 1, now)) is None
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert (log.count, retention.topics["t"].refused_count) == (5, 1)
     assert retention.stats("t")["retention_refused_count"] == 1
+    recorder.published(False, 0, entries(6, 1, now))
+    assert [entry[0][0] for entry in read_all(log)][-1] == b"%016d" % 6  # nothing torn left behind
+    log.close()
 
 
 def test_settings_of_a_topic_its_own_or_the_flags() -> None:
