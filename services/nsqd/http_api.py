@@ -26,7 +26,6 @@ from shared.protocol.commands import split_mpub
 from shared.protocol.errors import FatalClientError
 from shared.runtime_config import address_list, option_value, set_log_level
 
-from . import http_retention
 from .message import QueuedMessage
 from .topic import ReplicationError, Topic, TopicError, TopicFull
 
@@ -304,15 +303,21 @@ class _API:
         """Beyond NSQ, ``since`` makes a new channel from the topic's history (http_retention.py)."""
         topic, name = self._channel_topic(request)
         if "since" in request.query:
+            from . import http_retention  # at the first rewind: an nsqd nobody rewinds need not carry it
+
             return http_retention.create_channel_since(self.nsqd, topic, name, request)
         topic.get_channel(name)
         return _EMPTY
 
     def channel_rewind(self, request: Request) -> Awaitable[Response]:
+        from . import http_retention
+
         topic, name = self._existing_channel(request)
         return http_retention.rewind_channel(self.nsqd, topic, topic.channels[name], request)
 
     def topic_retention(self, request: Request) -> Awaitable[Response]:
+        from . import http_retention
+
         return http_retention.set_retention(self.nsqd, self._named_topic(request), request)
 
     def channel_delete(self, request: Request) -> Response:
