@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd
 from harness.wire import WireClient
 from nsqclient.protocol.frames import Message
@@ -49,8 +51,10 @@ async def consume(nsqd: NSQDProcess, topic: str, channel: str, count: int, finis
         await client.close()
 
 
-async def test_ten_thousand_finished_messages_are_delivered_again_after_a_rewind(tmp_path: Path) -> None:
-    nsqd = start_nsqd("--retention-time=1h", data_path=tmp_path)
+@pytest.mark.parametrize("mem_queue_size", ["10000", "0"])
+async def test_ten_thousand_finished_messages_are_delivered_again_after_a_rewind(tmp_path: Path,
+                                                                                 mem_queue_size: str) -> None:
+    nsqd = start_nsqd("--retention-time=1h", f"--mem-queue-size={mem_queue_size}", data_path=tmp_path)
     try:
         assert post(nsqd, "/topic/create?topic=events")[0] == 200
         assert post(nsqd, "/channel/create?topic=events&channel=archive")[0] == 200
@@ -66,6 +70,12 @@ async def test_ten_thousand_finished_messages_are_delivered_again_after_a_rewind
         assert stats["retained_oldest_timestamp"] == first[0].timestamp
         metrics = nsqd.http("GET", "/metrics")[2].decode()
         assert 'nsq_topic_retained{topic="events"} 10000.0' in metrics
+    finally:
+        nsqd.stop()
+    nsqd = start_nsqd("--retention-time=1h", f"--mem-queue-size={mem_queue_size}", data_path=tmp_path)
+    try:  # what was rewound and finished is not delivered again after a restart
+        assert nsqd.channel_stats("events", "archive")["depth"] == 0
+        assert topic_stats(nsqd, "events")["retained_count"] == 10_000
     finally:
         nsqd.stop()
 
