@@ -13,6 +13,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -194,15 +195,8 @@ def test_queued_messages_show_as_text_as_hex_or_cut(cluster: tuple[NSQDProcess, 
 
 @requires_chromium
 def test_replay_a_channels_dead_letters_from_its_page(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    nsqd = start_nsqd(*FAST_SCAN, "--max-attempts=1", data_path=_directory(tmp_path / "nsqd"))
-    try:
-        admin = start_admin(f"--nsqd-http-address=127.0.0.1:{nsqd.http_port}",
-                            data_path=_directory(tmp_path / "admin"))
-    except BaseException:
-        nsqd.stop()
-        raise
     shots = Screenshots(tmp_path, request.node.name)
-    try:
+    with _nsqd_and_admin(tmp_path, *FAST_SCAN, "--max-attempts=1") as (nsqd, admin):
         assert nsqd.http("POST", f"/topic/create?topic={TOPIC}")[0] == 200
         assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}")[0] == 200
         assert nsqd.http("POST", f"/mpub?topic={TOPIC}", b"poison 1\npoison 2")[0] == 200
@@ -230,23 +224,13 @@ def test_replay_a_channels_dead_letters_from_its_page(tmp_path: Path, request: p
             expect(page.get_by_role("heading", name="Dead Letters")).to_have_count(0)
             shots.take(page, "replayed")
         assert (_channel(nsqd)["dead_letter_depth"], _channel(nsqd)["depth"]) == (0, 2)
-    finally:
-        admin.stop()
-        nsqd.stop()
 
 
 @requires_chromium
 def test_set_a_topics_retention_and_rewind_a_channel_from_their_pages(tmp_path: Path,
                                                                     request: pytest.FixtureRequest) -> None:
-    nsqd = start_nsqd("--retention-time=1h", data_path=_directory(tmp_path / "nsqd"))
-    try:
-        admin = start_admin(f"--nsqd-http-address=127.0.0.1:{nsqd.http_port}",
-                            data_path=_directory(tmp_path / "admin"))
-    except BaseException:
-        nsqd.stop()
-        raise
     shots = Screenshots(tmp_path, request.node.name)
-    try:
+    with _nsqd_and_admin(tmp_path, "--retention-time=1h") as (nsqd, admin):
         assert nsqd.http("POST", f"/topic/create?topic={TOPIC}")[0] == 200
         assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}")[0] == 200
         assert nsqd.http("POST", f"/mpub?topic={TOPIC}", b"order 1\norder 2\norder 3")[0] == 200
@@ -277,8 +261,20 @@ def test_set_a_topics_retention_and_rewind_a_channel_from_their_pages(tmp_path: 
         assert _channel(nsqd)["depth"] == 3
         audited = [entry["action"] for entry in _json(admin, "/api/audit")["entries"]]
         assert audited == ["rewind_channel", "set_retention"]
+
+
+@contextmanager
+def _nsqd_and_admin(tmp_path: Path, *flags: str) -> Iterator[tuple[NSQDProcess, NSQDProcess]]:
+    """nsqd with ``flags``, and the admin pointed at it straight (no lookupd); both stopped after."""
+    nsqd = start_nsqd(*flags, data_path=_directory(tmp_path / "nsqd"))
+    try:
+        admin = start_admin(f"--nsqd-http-address=127.0.0.1:{nsqd.http_port}",
+                            data_path=_directory(tmp_path / "admin"))
+        try:
+            yield nsqd, admin
+        finally:
+            admin.stop()
     finally:
-        admin.stop()
         nsqd.stop()
 
 

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from harness.processes import NSQDProcess, start_admin, start_nsqd
+from harness.processes import NSQDProcess, start_nsqd
 from harness.wire import WireClient
 from tests.functional.test_admin import ADMIN_USER, create_channel, get_json, nsqd_channel, nsqd_topic, page, send
+from tests.functional.test_admin_dead_letters import admin  # noqa: F401  (the fixture, on this module's nodes)
 
 PUBLISHED = (3, 2)  # by node
 
@@ -27,15 +28,6 @@ def nodes(tmp_path: Path) -> Iterator[list[NSQDProcess]]:
     finally:
         for process in started:
             process.stop()
-
-
-@pytest.fixture
-def admin(nodes: list[NSQDProcess], tmp_path: Path) -> Iterator[NSQDProcess]:
-    (tmp_path / "admin").mkdir()
-    process = start_admin(*(f"--nsqd-http-address=127.0.0.1:{node.http_port}" for node in nodes),
-                          "--admin-user=alice", data_path=tmp_path / "admin")
-    yield process
-    process.stop()
 
 
 def topic_of(node: NSQDProcess) -> dict[str, Any]:
