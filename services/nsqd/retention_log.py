@@ -61,6 +61,7 @@ class RetentionLog:
         self._max_record = max_msg_size + ID_END
         self._segments = [self._recovered(number) for number in _numbers(data_path, name)]
         self._fd: int | None = None
+        self._rolled: list[int] = []  # write files rolled since the last sync job
         self.unsynced = False
 
     # -- state -----------------------------------------------------------------------------------------------
@@ -123,24 +124,27 @@ class RetentionLog:
             last = self._segments[-1]
             if not last.count or (last.size < segment_bytes and now_ns - last.first_ns < roll_after_ns):
                 return last
-        self._close_write_file()
+        if self._fd is not None:  # synced, then closed, by the next sync job
+            self._rolled.append(self._fd)
+            self._fd = None
         segment = Segment(self._segments[-1].number + 1 if self._segments else 1)
         self._segments.append(segment)
         return segment
 
     def sync_job(self) -> Callable[[], None]:
-        """Makes what was appended to the write file durable against a power cut, as a job for another thread
-        (on a descriptor of its own: the log may roll meanwhile)."""
+        """Makes what was appended durable against a power cut, as a job for another thread: the files rolled since
+        the last sync, and the write file (on a descriptor of its own: the log may roll meanwhile)."""
         self.unsynced = False
-        if self._fd is None:
-            return lambda: None
-        fd = os.dup(self._fd)
+        fds, self._rolled = self._rolled, []
+        if self._fd is not None:
+            fds.append(os.dup(self._fd))
 
         def sync() -> None:
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            for fd in fds:
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
 
         return sync
 
@@ -184,6 +188,8 @@ class RetentionLog:
             self._remove_oldest()
 
     def close(self) -> None:
+        """What was appended synced (at exit), every file closed."""
+        self.sync_job()()
         self._close_write_file()
 
     def _close_write_file(self) -> None:
