@@ -9,6 +9,8 @@
    (c) consumes a backlog; then ``/channel/rewind?since=earliest`` (timed), and the same messages consumed again:
    the rate beside the first consumption's.
 3. Disk bytes per retained 200-byte message.
+
+First, as ``make bench`` does, the load generators' own ceiling against servers that do no work.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 from bench import load
 from bench.machine import machine_line
-from bench.run import SIZE, TOPIC, cpu_seconds, measure, parallel_publish
+from bench.run import SIZE, TOPIC, cpu_seconds, measure, measure_ceilings, parallel_publish
 from harness.processes import NSQDProcess, start_nsqd
 
 RETAINING = "--retention-time=24h"
@@ -104,10 +106,13 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per publishing phase")
     parser.add_argument("--rounds", type=int, default=3, help="alternating off/on rounds of publishing")
     parser.add_argument("--messages", type=int, default=1_000_000, help="messages published, consumed, rewound")
+    parser.add_argument("--skip-ceiling", action="store_true", help="do not measure the generators' ceilings")
     args = parser.parse_args()
     print(machine_line(), flush=True)
     pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork"))
     try:
+        if not args.skip_ceiling:
+            measure_ceilings(pool)
         publishing_cost(pool, args.duration, args.rounds)
         rewind_cost(pool, args.messages)
     finally:
