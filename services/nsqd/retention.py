@@ -24,6 +24,7 @@ import errno
 import itertools
 import logging
 import time
+from collections.abc import MutableSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -31,7 +32,7 @@ from nsqclient.protocol.names import is_ephemeral
 from shared.flags import format_duration
 
 from .recorder import NULL_CHANNEL, NULL_TOPIC, ChannelRecorder, TopicRecorder
-from .retention_log import RetentionLog, remove_files
+from .retention_log import RetentionLog, remove_files, topics_with_files
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -135,6 +136,7 @@ class Retention:
         self._opts = opts
         self.own: dict[str, RetentionSettings] = {}
         self.topics: dict[str, RetainedTopic] = {}
+        self._files_left: MutableSet[str] | None = None  # topics with files on disk no log has opened (listed once)
 
     def kept(self, name: str) -> tuple[int, int] | None:
         """How long (nanoseconds) and how much (bytes) the topic retains; None: nothing."""
@@ -154,6 +156,7 @@ class Retention:
             return NULL_TOPIC
         retained = self.topics.get(name)
         if retained is None:
+            self._left_on_disk().discard(name)  # its log has them now
             retained = self.topics[name] = RetainedTopic(
                 RetentionLog(name, self._data_path, self._opts.max_msg_size), self)
         retained.configure(seconds, max_bytes, self._opts.max_bytes_per_file)
@@ -187,8 +190,16 @@ class Retention:
         if retained is not None:
             retained.log.close()
             retained.log.delete()
-        elif self._data_path is not None and not is_ephemeral(name):
+        elif self._data_path is not None and name in self._left_on_disk():
             remove_files(self._data_path, name)
+            self._left_on_disk().discard(name)
+
+    def _left_on_disk(self) -> MutableSet[str]:
+        """The topics whose retention files an earlier process left, read from the data path once: a topic made
+        while its retention is off must not find old history there later."""
+        if self._files_left is None:
+            self._files_left = topics_with_files(self._data_path) if self._data_path is not None else set()
+        return self._files_left
 
     def forget_settings(self, name: str) -> None:
         """The topic is deleted: a topic of that name made later starts from the flags' settings."""

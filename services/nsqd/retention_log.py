@@ -259,6 +259,18 @@ def _numbers(data_path: Path, name: str) -> list[int]:
     return sorted(int(match.group(1)) for entry in names if (match := pattern.fullmatch(entry)))
 
 
+_ANY_FILE = re.compile(r"(?P<name>.+)\.retention\.\d{6}\.dat")
+
+
+def topics_with_files(data_path: Path) -> set[str]:
+    """The topics with retention files in ``data_path``."""
+    try:
+        names = os.listdir(data_path)
+    except FileNotFoundError:
+        return set()
+    return {match["name"] for entry in names if (match := _ANY_FILE.fullmatch(entry))}
+
+
 def remove_files(data_path: Path, name: str) -> None:
     """Removes a topic's retention files (its retention is off)."""
     for number in _numbers(data_path, name):

@@ -136,3 +136,15 @@ def test_a_full_disk_takes_the_oldest_retained_files_of_any_topic_first(tmp_path
     assert retention.reclaim(1 << 20)  # as much as there is
     assert not retention.reclaim(1)
     assert [retention.topics[name].log.count for name in ("a", "b")] == [0, 0]
+
+
+def test_files_an_earlier_process_left_go_when_their_topic_does_not_retain(tmp_path: Path) -> None:
+    log = RetentionLog("old", tmp_path, 1024)
+    log.append(entries(0, 2, 5), 0, BIG, BIG)
+    log.close()
+    (tmp_path / "other.diskqueue.000000.dat").write_bytes(b"")
+    retention = Retention(tmp_path, Options())  # retention off
+    assert retention.topic("new") is NULL_TOPIC
+    assert (tmp_path / "old.retention.000001.dat").exists()  # another topic's: kept
+    assert retention.topic("old") is NULL_TOPIC
+    assert [path.name for path in tmp_path.iterdir()] == ["other.diskqueue.000000.dat"]
