@@ -61,7 +61,9 @@ class RetentionLog:
         self._max_record = max_msg_size + ID_END
         self._segments = [self._recovered(number) for number in _numbers(data_path, name)]
         self._fd: int | None = None
-        self._rolled: list[int] = []  # write files rolled since the last sync job
+        # write files rolled since the last sync job, by number: open until synced (or their file removed, which frees
+        # its space only once no descriptor is open on it)
+        self._rolled: dict[int, int] = {}
         self.unsynced = False
 
     # -- state -----------------------------------------------------------------------------------------------
@@ -124,8 +126,8 @@ class RetentionLog:
             last = self._segments[-1]
             if not last.count or (last.size < segment_bytes and now_ns - last.first_ns < roll_after_ns):
                 return last
-        if self._fd is not None:  # synced, then closed, by the next sync job
-            self._rolled.append(self._fd)
+        if self._fd is not None and self._segments:  # synced, then closed, by the next sync job
+            self._rolled[self._segments[-1].number] = self._fd
             self._fd = None
         segment = Segment(self._segments[-1].number + 1 if self._segments else 1)
         self._segments.append(segment)
@@ -135,7 +137,7 @@ class RetentionLog:
         """Makes what was appended durable against a power cut, as a job for another thread: the files rolled since
         the last sync, and the write file (on a descriptor of its own: the log may roll meanwhile)."""
         self.unsynced = False
-        fds, self._rolled = self._rolled, []
+        fds, self._rolled = list(self._rolled.values()), {}
         if self._fd is not None:
             fds.append(os.dup(self._fd))
 
@@ -177,6 +179,8 @@ class RetentionLog:
 
     def _remove_oldest(self) -> int:
         segment = self._segments.pop(0)
+        if (rolled := self._rolled.pop(segment.number, None)) is not None:
+            os.close(rolled)
         if not self._segments:
             self._close_write_file()
         self.path(segment.number).unlink(missing_ok=True)

@@ -390,28 +390,35 @@ async def test_retained_messages_give_way_to_publishes_on_a_full_disk(small_disk
         assert nsqd.http("POST", "/topic/create?topic=t")[0] == 200
         assert nsqd.http("POST", "/channel/create?topic=t&channel=c")[0] == 200
         consumer = await WireClient.connect(nsqd.tcp_address)
-        await consumer.subscribe("t", "c", rdy=0)
-        # twice what the disk holds, consumed as it comes: every publish is taken, the oldest retained go
-        total = 2 * DISK_MB * 1024 * 1024 // BODY_SIZE
-        for first in range(0, total, BATCH):
-            bodies = [body(b"%d" % n) for n in range(first, first + BATCH)]
-            assert nsqd.http("POST", "/mpub?topic=t", b"\n".join(bodies))[0] == 200
-            assert len(await take(consumer, BATCH)) == BATCH
-        stats = json.loads(nsqd.http("GET", "/stats?format=json&topic=t")[2])["topics"][0]
-        assert 0 < stats["retained_count"] < total and stats["retention_refused_count"] == 0
-        assert stats["retained_oldest_timestamp"] > 0
-        retained_before = stats["retained_count"]
-        print(f"retained {retained_before} of {total} published on a {DISK_MB} MB disk")
-
-        # now the channel keeps everything: its queue takes the room the retention files had
-        acknowledged, refusal = await publish_until_refused(nsqd)
-        assert refusal.startswith(b"E_MPUB_FAILED MPUB failed ")
-        assert len(acknowledged) * (BODY_SIZE + 30) > retained_before * (BODY_SIZE + 36) // 2
-        stats = json.loads(nsqd.http("GET", "/stats?format=json&topic=t")[2])["topics"][0]
-        assert stats["retained_count"] < retained_before // 4
-        print(f"then {len(acknowledged)} acknowledged in the channel, {stats['retained_count']} still retained")
-        received = await drain(consumer, set(acknowledged))
-        assert set(received) == set(acknowledged) and sum(received.values()) == len(acknowledged)
-        await consumer.close()
+        try:
+            await give_way(nsqd, consumer)
+        finally:
+            await consumer.close()
     finally:
         nsqd.stop()
+
+
+async def give_way(nsqd: NSQDProcess, consumer: WireClient) -> None:
+    """First while the consumer keeps the channel empty, then while the channel keeps everything."""
+    await consumer.subscribe("t", "c", rdy=0)
+    # twice what the disk holds, consumed as it comes: every publish is taken, the oldest retained go
+    total = 2 * DISK_MB * 1024 * 1024 // BODY_SIZE
+    for first in range(0, total, BATCH):
+        bodies = [body(b"%d" % n) for n in range(first, first + BATCH)]
+        assert nsqd.http("POST", "/mpub?topic=t", b"\n".join(bodies))[0] == 200
+        assert len(await take(consumer, BATCH)) == BATCH
+    stats = json.loads(nsqd.http("GET", "/stats?format=json&topic=t")[2])["topics"][0]
+    assert 0 < stats["retained_count"] < total and stats["retention_refused_count"] == 0
+    assert stats["retained_oldest_timestamp"] > 0
+    retained_before = stats["retained_count"]
+    print(f"retained {retained_before} of {total} published on a {DISK_MB} MB disk")
+
+    # now the channel keeps everything: its queue takes the room the retention files had
+    acknowledged, refusal = await publish_until_refused(nsqd)
+    assert refusal.startswith(b"E_MPUB_FAILED MPUB failed ")
+    assert len(acknowledged) * (BODY_SIZE + 30) > retained_before * (BODY_SIZE + 36) // 2
+    stats = json.loads(nsqd.http("GET", "/stats?format=json&topic=t")[2])["topics"][0]
+    assert stats["retained_count"] < retained_before // 4
+    print(f"then {len(acknowledged)} acknowledged in the channel, {stats['retained_count']} still retained")
+    received = await drain(consumer, set(acknowledged))
+    assert set(received) == set(acknowledged) and sum(received.values()) == len(acknowledged)
