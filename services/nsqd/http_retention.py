@@ -14,11 +14,11 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from nsqclient.protocol.names import is_ephemeral
 from shared.flags import format_duration, parse_duration
 from shared.http_conventions import HTTPError
 from shared.http_router import Request, Response, json_document
 
+from .http_api import _count
 from .retention import DEFAULT
 from .rewind import parse_since, rewind
 
@@ -37,9 +37,9 @@ async def set_retention(nsqd: NSQD, topic: Topic, request: Request) -> Response:
     settings = nsqd.retention.own.get(topic.name, DEFAULT)
     time_text, bytes_text = request.query.get("time"), request.query.get("bytes")
     if time_text is not None:
-        settings = replace(settings, time=_setting(time_text, "TIME", _seconds))
-    if bytes_text is not None:
-        settings = replace(settings, bytes=_setting(bytes_text, "BYTES", _byte_count))
+        settings = replace(settings, time=None if time_text == _DEFAULT else _duration(time_text))
+    if bytes_text is not None:  # a non-negative count, as every count nsqd's API takes
+        settings = replace(settings, bytes=None if bytes_text == _DEFAULT else _count(request, "bytes"))
     nsqd.set_retention(topic, settings)
     await nsqd.persist_metadata()
     return json_document(retention_document(nsqd, topic.name))
@@ -52,26 +52,14 @@ def retention_document(nsqd: NSQD, name: str) -> dict[str, Any]:
             "bytes_is_default": own.bytes is None}
 
 
-def _setting(text: str, name: str, parse: Any) -> Any:
-    if text == _DEFAULT:
-        return None
+def _duration(text: str) -> float:
     try:
-        value = parse(text)
+        seconds = parse_duration(text)
     except ValueError:
-        raise HTTPError(400, f"INVALID_ARG_{name}") from None
-    if value < 0:
-        raise HTTPError(400, f"INVALID_ARG_{name}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    return parse_duration(text)
-
-
-def _byte_count(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or len(text) > 18:
-        raise ValueError(text)
-    return int(text)
+        raise HTTPError(400, "INVALID_ARG_TIME") from None
+    if seconds < 0:
+        raise HTTPError(400, "INVALID_ARG_TIME")
+    return seconds
 
 
 def _since(request: Request) -> int:
@@ -97,7 +85,6 @@ async def create_channel_since(nsqd: NSQD, topic: Topic, name: str, request: Req
 
 
 async def _rewind(nsqd: NSQD, topic: Topic, channel: Channel, since_ns: int) -> dict[str, int]:
-    retained = None if is_ephemeral(topic.name) else nsqd.retention.topics.get(topic.name)
-    result = await rewind(topic, channel, retained, since_ns, nsqd.opts.mem_queue_size)
+    result = await rewind(topic, channel, nsqd.retention.topics.get(topic.name), since_ns, nsqd.opts.mem_queue_size)
     return {"rewound": result.rewound, **({"expired": result.expired} if result.expired else {})}
 

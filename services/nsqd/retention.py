@@ -73,17 +73,13 @@ class RetainedTopic:
         self.log = log_
         self._retention = retention
         self.refused_count = 0  # messages published but not retained: the disk had no room
-        self.time_ns = 0
-        self.max_bytes = 0
-        self.kept = (0, 0)  # as a replication link tells it
+        self.kept = (0, 0)  # how long (nanoseconds) and how much (bytes; 0: no cap) it keeps
         self._segment_bytes = 0
         self._roll_after_ns = 0
 
     def configure(self, seconds: float, max_bytes: int, max_bytes_per_file: int) -> None:
-        self.time_ns = round(seconds * 1e9)
-        self.max_bytes = max_bytes
-        self.kept = (self.time_ns, max_bytes)
-        self._segment_bytes, self._roll_after_ns = segment_sizes(self.time_ns, max_bytes, max_bytes_per_file)
+        self.kept = (round(seconds * 1e9), max_bytes)
+        self._segment_bytes, self._roll_after_ns = segment_sizes(self.kept[0], max_bytes, max_bytes_per_file)
 
     def published(self, held: bool, defer_ms: int, entries: list[QueuedMessage]) -> None:
         self._append(entries, entries[0][2] + defer_ms * 1_000_000 if defer_ms else 0)
@@ -106,11 +102,11 @@ class RetainedTopic:
                 return None
 
     def expire(self, now_ns: int) -> None:
-        self.log.expire(now_ns - self.time_ns, self.max_bytes)
+        self.log.expire(self.oldest_kept_ns(now_ns), self.kept[1])
 
     def oldest_kept_ns(self, now_ns: int) -> int:
         """The timestamp from which messages are still within the retention time."""
-        return now_ns - self.time_ns
+        return now_ns - self.kept[0]
 
     def distributed(self) -> None:
         pass
@@ -188,7 +184,6 @@ class Retention:
         """The topic no longer retains (turned off, or deleted): its files go."""
         retained = self.topics.pop(name, None)
         if retained is not None:
-            retained.log.close()
             retained.log.delete()
         elif self._data_path is not None and name in self._left_on_disk():
             remove_files(self._data_path, name)
@@ -233,7 +228,9 @@ class Retention:
                     log.error("RETENTION: failed to sync - %s", error)
 
     def close(self) -> None:
+        """At exit: what was appended synced, every file closed."""
         for retained in self.topics.values():
+            retained.log.sync_job()()
             retained.log.close()
 
 

@@ -187,13 +187,15 @@ class RetentionLog:
         return segment.count
 
     def delete(self) -> None:
-        """Removes every file."""
+        """Removes every file, each closed first."""
         while self._segments:
             self._remove_oldest()
 
     def close(self) -> None:
-        """What was appended synced (at exit), every file closed."""
-        self.sync_job()()
+        """Every file closed (``sync_job`` first, for what was appended to be durable)."""
+        for fd in self._rolled.values():
+            os.close(fd)
+        self._rolled = {}
         self._close_write_file()
 
     def _close_write_file(self) -> None:
