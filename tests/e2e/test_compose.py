@@ -27,6 +27,7 @@ PROJECT = "nsq-e2e"
 BASE_IMAGE = "local/python-base:bookworm-cc-etcd"
 HOST_PORTS = (4150, 4151, 4250, 4251, 4161, 4261, 4171, 4350, 4351, 4450, 4451, 4550, 4551)
 REPLICATED = ("etcd1", "etcd2", "etcd3", "nsqd3", "nsqd4", "nsqd5")
+EVERY_PROFILE = ("--profile", "spark", "--profile", "replicated")
 
 
 class Docker:
@@ -86,13 +87,15 @@ def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
         timed("engine, compose and base image", ["bash", str(ENGINE), "start"], 900)
         timed("wheels", ["make", "--no-print-directory", "wheels"], 900)
         client = Docker(environment)
+        # an engine left by a run cut short keeps its containers, every profile's: start from none
+        client.compose(*EVERY_PROFILE, "down", "--volumes", "--remove-orphans", "--timeout", "10", timeout=300)
         started = time.monotonic()
         client.compose("build", timeout=900)
         client.compose("--profile", "replicated", "build", "etcd1", timeout=900)
         timings["build"] = time.monotonic() - started
         yield client
         started = time.monotonic()
-        client.compose("down", "--volumes", "--rmi", "all", "--timeout", "60", check=False)
+        client.compose(*EVERY_PROFILE, "down", "--volumes", "--rmi", "all", "--timeout", "60", check=False)
         timings["down -v"] = time.monotonic() - started
     finally:
         subprocess.run(["bash", str(ENGINE), "stop"], env=environment, cwd=ROOT, timeout=300)

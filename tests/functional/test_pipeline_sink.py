@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 pytest.importorskip("pyspark")
 
+# a write of 100,000 rows takes 12 s alone and several times that beside a full test run; a test cut off inside a
+# py4j call breaks the Spark session its worker shares with every later Spark test
+pytestmark = pytest.mark.timeout(240)
+
 BODY_SIZE = 200
 
 
