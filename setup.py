@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared.compile
 from shared.compiled import can_compile
 
 # from the socket to a channel and back: protocol V2's parser and session, nsqd's connection, topics, channels,
-# queues (the disk queue and its files too), their recorders (retention's too) and clients; the HTTP server nsqd and lookupd share,
+# queues (the disk queue and its files too), their recorders (retention's too, and a rewind's cursor) and clients; the HTTP server nsqd and lookupd share,
 # nsqd's HTTP API; lookupd's protocol, registrations and API (its parser shares the V2 parser's base class, and a compiled class
 # cannot have interpreted subclasses); replication's records, on both sides of a link
 COMPILED = [
@@ -53,6 +53,7 @@ COMPILED = [
     "services/nsqd/storage.py",
     "services/nsqd/retention.py",
     "services/nsqd/retention_log.py",
+    "services/nsqd/rewind_cursor.py",
     "services/nsqd/replication/wire.py",
     "services/nsqd/replication/mirror_store.py",
     "services/nsqd/replication/mirror_server.py",

@@ -5,19 +5,15 @@ Invariants:
   consumer) or deferred (in the queue's deferred store);
 - a consumer receives only while it has room (``Consumer.room``: RDY is a window, not a counter);
 - delivery goes to the ``ready`` consumers (consumers.py), never a scan of all of them.
-Depth counts the queue (memory and disk); in-flight and deferred messages are reported separately, as NSQ does.
-What the queue does with a message (held only while no consumer has room, or passed through the disk) is its kind's
-business (message_queue.py): the channel never asks which kind it has.
+Depth counts the queue (memory and disk) and what a rewind under way still puts back (rewind_cursor.py, read once
+the queue is empty); in-flight and deferred messages are reported apart, as NSQ does. What the queue does with a
+message is its kind's business (message_queue.py): the channel never asks which kind it has.
 
-With a message TTL (``ttl_ns``: ``--msg-ttl`` or the topic's own), a message older than it is never delivered: it
-is dropped and counted (``expired_count``) when it is taken from the queue to be delivered. With an attempts limit
-(``max_attempts``: ``--max-attempts`` or the channel's own), a message delivered that many times already is parked
-in the channel's dead-letter queue instead (as is an expired one), a message queue of its own (memory, then disk),
-until it is replayed or emptied.
-
-The channel sees its consumers only as ``Consumer``: their window, the frames they are sent, and what became of
-their messages. A consumer tells the channel when it gains room (``update_ready``). What becomes of the channel's
-messages is told to its recorder (recorder.py), which storage chose for it.
+A message older than the TTL (``ttl_ns``: ``--msg-ttl`` or the topic's) is dropped and counted (``expired_count``)
+when it is taken to be delivered; one delivered ``max_attempts`` times already (``--max-attempts`` or the channel's
+own) is parked in the channel's dead-letter queue instead, as an expired one is with an attempts limit, until it is
+replayed or emptied. The channel sees its consumers only as ``Consumer``, which tells it when it gains room
+(``update_ready``); what becomes of its messages is told to its recorder (recorder.py), which storage chose.
 """
 
 from __future__ import annotations
@@ -28,17 +24,19 @@ from typing import TYPE_CHECKING, Callable
 from nsqclient.protocol.names import is_ephemeral
 
 from . import topology
-from .consumers import Consumer, ReadyConsumers
+from .consumers import Consumer, ReadyConsumers, per_output_buffer, sampled_out
 from .deadline_queue import DeadlineQueue
 from .latency_window import LatencyWindow
 from .message import ATTEMPTS, BODY, ID, TIMESTAMP, InFlightMessage, QueuedMessage, decode
 from .recorder import Outstanding
+from .rewind_cursor import put_back
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from .options import Options
     from .recorder import ChannelRecorder
+    from .rewind_cursor import RewindCursor
     from .storage import Storage
 
 
@@ -61,6 +59,7 @@ class Channel:
         self.paused = False
         self.exiting = False
         self.in_flight: DeadlineQueue[InFlightMessage] = DeadlineQueue()
+        self.rewinding: RewindCursor | None = None  # what a rewind still puts back once the queue is empty
         self.clients: dict[int, Consumer] = {}
         self.ready = ReadyConsumers(topology.enabled(opts))
         self.message_count = 0
@@ -72,8 +71,9 @@ class Channel:
         self._opts = opts
         self._on_last_client_gone = on_last_client_gone
         self.recorder = recorder
-        self.queue.report_drops(self._dropped)
-        self.dead_letters.report_drops(self._dead_letters_dropped)
+        # what a cap with drop-oldest drops is done with, as a finish is
+        self.queue.report_drops(lambda ids: self.recorder.finished(ids))
+        self.dead_letters.report_drops(lambda ids: self.recorder.dead_letters_dropped(ids))
         self.e2e: LatencyWindow | None = None
         if opts.e2e_processing_latency_percentiles:
             self.e2e = LatencyWindow(opts.e2e_processing_latency_percentiles,
@@ -84,7 +84,7 @@ class Channel:
 
     @property
     def depth(self) -> int:
-        return len(self.queue)
+        return len(self.queue) + (self.rewinding.remaining if self.rewinding is not None else 0)
 
     @property
     def backend_depth(self) -> int:
@@ -93,13 +93,6 @@ class Channel:
     @property
     def dropped_count(self) -> int:
         return self.queue.dropped_count
-
-    def _dropped(self, ids: list[bytes]) -> None:
-        """The cap dropped the oldest (drop-oldest): done with, as a finish is."""
-        self.recorder.finished(ids)
-
-    def _dead_letters_dropped(self, ids: list[bytes]) -> None:
-        self.recorder.dead_letters_dropped(ids)
 
     # -- messages in ---------------------------------------------------------------------------------------
 
@@ -176,7 +169,7 @@ class Channel:
         return len(entries)
 
     def _deliver(self, consumer: Consumer, entry: QueuedMessage, now: float) -> None:
-        if consumer.sample_rate and _percentile() > consumer.sample_rate:
+        if consumer.sample_rate and sampled_out(consumer):
             self.queue.release(entry[ID])
             self.recorder.finished([entry[ID]])
             return  # NSQ's sampling: the message is gone for the whole channel
@@ -249,20 +242,34 @@ class Channel:
         memory = self.queue.memory
         now = time.monotonic()
         while (consumer := ready.next()) is not None:
-            # from disk, what the consumers with room can take (up to 1024)
-            if not memory and not self.queue.fill_memory(min(1024, max(1, self.room_in_clients()))):
+            if not memory and not self._refill(min(1024, max(1, self.room_in_clients()))):
                 break
             if len(ready) == 1 and not consumer.sample_rate:
                 self._deliver_batch(consumer, now)
             else:
                 self._deliver(consumer, memory.popleft(), now)
 
+    def _refill(self, count: int) -> bool:
+        """Memory gets up to ``count`` messages from the disk queue, else from a rewind under way; False: none."""
+        while not self.queue.fill_memory(count):
+            if self.rewinding is None:
+                return False
+            self.rewinding = put_back(self, self.rewinding, count)  # None once it is done
+            if self.queue.memory:
+                return True
+        return True
+
+    def rewind(self, cursor: RewindCursor) -> None:
+        """Puts back what ``cursor`` reads, behind what the queue has (rewind_cursor.py)."""
+        self.rewinding = cursor.merged(self.rewinding)
+        self._drain()
+
     def _deliver_batch(self, consumer: Consumer, now: float) -> None:
         """The only consumer with room gets what its window takes from the memory queue, an output buffer's worth
         at a time: a socket that stops draining pauses delivery between batches, so a message's timeout does
         not start long before the consumer can read it."""
         memory = self.queue.memory
-        per_buffer = max(1, consumer.output_buffer_size // (_FRAME_OVERHEAD + len(memory[0][BODY])))
+        per_buffer = per_output_buffer(consumer, len(memory[0][BODY]))
         count = min(consumer.room, len(memory), per_buffer)
         deadline = now + consumer.msg_timeout
         if self.ttl_ns or self.max_attempts:
@@ -300,7 +307,7 @@ class Channel:
         takes what the queue holds, without it leaves the ready ones."""
         if consumer.room > 0 and consumer.id in self.clients:
             self.ready.add(consumer)
-            if self.queue:
+            if self.queue or self.rewinding is not None:
                 self._drain()
         else:
             self.ready.discard(consumer)
@@ -394,6 +401,7 @@ class Channel:
         """Drop every queued, in-flight and deferred message, as NSQ's /channel/empty does."""
         self.queue.empty()
         self.in_flight.clear()
+        self.rewinding = None
         self.recorder.emptied()
         for consumer in list(self.clients.values()):
             consumer.emptied()
@@ -403,6 +411,7 @@ class Channel:
         """Closes the consumers and removes every message and file."""
         self.close_clients()
         self.in_flight.clear()
+        self.rewinding = None
         self.queue.delete()
         self.dead_letters.delete()
         self.recorder.deleted()
@@ -428,9 +437,6 @@ class Channel:
             consumer.close()
 
 
-# a message frame's bytes besides the body: size, frame type, timestamp, attempts, ID
-_FRAME_OVERHEAD = 4 + 4 + 8 + 2 + 16
-
 
 def _without(ids: list[bytes], refused: list[bytes]) -> list[bytes]:
     """``ids`` less the first occurrence of each of ``refused``, which are among them in the same order."""
@@ -441,10 +447,3 @@ def _without(ids: list[bytes], refused: list[bytes]) -> list[bytes]:
         else:
             kept.append(msg_id)
     return kept
-
-
-def _percentile() -> int:
-    """A random integer in [0, 100), for clients that sample (random is loaded only once one does)."""
-    from random import randrange
-
-    return randrange(100)

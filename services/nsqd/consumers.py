@@ -107,3 +107,20 @@ class ReadyConsumers:
         if len(ready) > 1 and consumer in ready:
             del ready[consumer]
             ready[consumer] = None
+
+
+# a message frame's bytes besides the body: size, frame type, timestamp, attempts, ID
+_FRAME_OVERHEAD = 4 + 4 + 8 + 2 + 16
+
+
+def per_output_buffer(consumer: Consumer, body_size: int) -> int:
+    """How many messages of ``body_size`` fill the consumer's output buffer (at least one)."""
+    return max(1, consumer.output_buffer_size // (_FRAME_OVERHEAD + body_size))
+
+
+def sampled_out(consumer: Consumer) -> bool:
+    """NSQ's sampling: whether the message about to go to a consumer that samples is left out (for the whole
+    channel). ``random`` is loaded only once a consumer samples."""
+    from random import randrange
+
+    return randrange(100) > consumer.sample_rate

@@ -5,7 +5,8 @@ recreates them. NSQ's format::
 
 Beyond NSQ, a topic with a message TTL of its own has ``"ttl":"1h0m0s"`` (a Go duration), one with retention
 settings of its own ``"retention_time":"168h0m0s"`` and ``"retention_bytes":N``, a channel with an attempts limit of
-its own ``"max_attempts":5``; NSQ ignores these fields.
+its own ``"max_attempts":5``, one with a rewind under way ``"rewind":[...]`` (where it is, rewind_cursor.py); NSQ
+ignores these fields.
 
 Ephemeral topics and channels are never written. The file is replaced atomically (``atomic_file``), so a crash
 leaves the old file or the new one, never half.
@@ -29,8 +30,12 @@ from shared.flags import format_duration, parse_duration
 
 from . import atomic_file
 from .retention import DEFAULT, RetentionSettings
+from .rewind import resume
+from .rewind_cursor import RewindPosition
 
 if TYPE_CHECKING:
+    from .channel import Channel
+    from .retention import RetainedTopic
     from .topic import Topic
 
 log = logging.getLogger("nsqd")
@@ -50,6 +55,16 @@ class ChannelMetadata:
     name: str
     paused: bool = False
     max_attempts: int | None = None
+    rewind: RewindPosition | None = None
+
+    def restore(self, topic: Topic, channel: Channel, retained: RetainedTopic | None) -> None:
+        """What nsqd.dat records of the channel, back on the channel a restart made."""
+        if self.paused:
+            channel.pause()
+        if self.max_attempts is not None:
+            channel.set_max_attempts(self.max_attempts)
+        if self.rewind is not None:
+            resume(topic, channel, retained, self.rewind)
 
 
 @dataclass
@@ -64,7 +79,8 @@ class TopicMetadata:
 def snapshot(topics: dict[str, Topic], retention: Mapping[str, RetentionSettings]) -> list[TopicMetadata]:
     """What nsqd.dat records of ``topics`` (and their own ``retention`` settings); taken on the event loop, cheap."""
     return [TopicMetadata(topic.name, topic.paused,
-                          [ChannelMetadata(channel.name, channel.paused, channel.own_max_attempts)
+                          [ChannelMetadata(channel.name, channel.paused, channel.own_max_attempts,
+                                           None if channel.rewinding is None else channel.rewinding.position)
                            for channel in topic.channels.values() if not channel.ephemeral], topic.ttl,
                           retention.get(topic.name, DEFAULT))
             for topic in topics.values() if not topic.ephemeral]
@@ -94,6 +110,8 @@ def _channel_document(channel: ChannelMetadata) -> dict[str, Any]:
     document: dict[str, Any] = {"name": channel.name, "paused": channel.paused}
     if channel.max_attempts is not None:
         document["max_attempts"] = channel.max_attempts
+    if channel.rewind is not None:
+        document["rewind"] = channel.rewind.document()
     return document
 
 
@@ -146,9 +164,10 @@ def _topic(raw: dict[str, Any]) -> TopicMetadata | None:
         if not is_valid_channel_name(channel["name"]) or is_ephemeral(channel["name"]):
             log.warning("skipping creation of invalid channel %s", channel["name"])
             continue
-        max_attempts = channel.get("max_attempts")
+        max_attempts, rewind = channel.get("max_attempts"), channel.get("rewind")
         channels.append(ChannelMetadata(channel["name"], bool(channel.get("paused", False)),
-                                        None if max_attempts is None else int(max_attempts)))
+                                        None if max_attempts is None else int(max_attempts),
+                                        None if rewind is None else RewindPosition.from_document(rewind)))
     ttl, retention_time, retention_bytes = raw.get("ttl"), raw.get("retention_time"), raw.get("retention_bytes")
     return TopicMetadata(name, bool(raw.get("paused", False)), channels,
                          None if ttl is None else parse_duration(ttl),

@@ -383,11 +383,8 @@ class NSQD:
             if recorded.ttl is not None:
                 topic.set_ttl(recorded.ttl)
             for recorded_channel in recorded.channels:
-                channel = topic.get_channel(recorded_channel.name)
-                if recorded_channel.paused:
-                    channel.pause()
-                if recorded_channel.max_attempts is not None:
-                    channel.set_max_attempts(recorded_channel.max_attempts)
+                recorded_channel.restore(topic, topic.get_channel(recorded_channel.name),
+                                         self.retention.topics.get(topic.name))
             topic.start()
 
     @property

@@ -9,7 +9,8 @@ Files, in ``--data-path``, beside the topic's disk queue::
 closed for writing (rolled) once it holds ``segment_bytes``, or once its first message is older than ``roll_after``,
 so that a quiet topic's old messages go too; whole files are removed once their newest message is past the retention
 time, and the oldest while the files together hold more than the byte limit. Nothing here decides what a rewind
-puts back: ``read_since`` reads what is there, and retention.py filters it.
+puts back: ``read_at`` reads what is there from a position (rewind_cursor.py filters it), ``counter`` counts what
+was published since a moment, and ``read_since`` reads all of it (a lost nsqd's history taken over).
 
 Each file's count and the timestamps of its first and last message are known from reading it at start-up (a torn
 record at the end, from a process killed while writing it, is cut off first).
@@ -35,6 +36,8 @@ ID_END = HEADER.size + 16
 # a retained message on disk: its size prefix, timestamp, due time and ID, then the body
 RECORD_OVERHEAD = SIZE.size + ID_END
 _READ_BATCH = 4096
+# a retained message as read: (timestamp, due, ID, body)
+Record = tuple[int, int, bytes, bytes]
 
 
 @dataclass
@@ -209,6 +212,47 @@ class RetentionLog:
         last = self._segments[-1] if self._segments else Segment(0)
         return LogEnd(last.number, last.size)
 
+    def first_from(self, since_ns: int, end: LogEnd) -> int | None:
+        """The number of the first file up to ``end`` with a message published at or after ``since_ns``."""
+        return next((segment.number for segment in self._segments
+                     if segment.number <= end.number and segment.count and segment.last_ns >= since_ns), None)
+
+    def counter(self, since_ns: int, end: LogEnd) -> Callable[[], int]:
+        """How many messages up to ``end`` were published at or after ``since_ns``, as a job for another thread: the
+        files wholly that recent are counted now, the one or two that straddle ``since_ns`` are read by the job."""
+        whole, straddling = 0, list[tuple[Path, int]]()
+        for segment in self._segments:
+            if segment.number > end.number or not segment.count or segment.last_ns < since_ns:
+                continue
+            if segment.first_ns >= since_ns:
+                whole += segment.count
+            else:
+                straddling.append((self.path(segment.number), end.size if segment.number == end.number
+                                   else segment.size))
+        max_record = self._max_record
+
+        def count() -> int:
+            return whole + sum(1 for path, limit in straddling for batch in _records(path, 0, limit, max_record)
+                               for timestamp, _, _, _ in batch if timestamp >= since_ns)
+
+        return count
+
+    def read_at(self, number: int, offset: int, end: LogEnd, max_count: int) -> tuple[list[Record], int, int]:
+        """Up to ``max_count`` records from file ``number`` at ``offset``, none beyond ``end``, and the position after
+        them: the next file's start once a file is read to its end (past ``end``: nothing is left). A file gone
+        (expired) is skipped; so is the rest of one that holds an invalid record."""
+        for segment in self._segments:
+            if segment.number < number:
+                continue
+            if segment.number > end.number:
+                break
+            start = offset if segment.number == number else 0
+            limit = end.size if segment.number == end.number else segment.size
+            batch, after = _batch_at(self.path(segment.number), start, limit, self._max_record, max_count)
+            if batch:
+                return batch, segment.number, after
+        return [], end.number + 1, 0
+
     def read_since(self, since_ns: int, end: LogEnd) -> Iterator[list[tuple[QueuedMessage, int]]]:
         """Batches of the messages published at or after ``since_ns`` (each with its due time), oldest first, up to
         ``end``; a job for another thread. Files with nothing that recent are skipped unread; a file removed
@@ -241,18 +285,34 @@ def _encoded(entries: list[QueuedMessage], due_ns: int) -> tuple[bytes, int, int
     return b"".join(parts), oldest, newest
 
 
-def _records(path: Path, start: int, end: int, max_record: int) -> Iterator[list[tuple[int, int, bytes, bytes]]]:
-    """The file's records from ``start`` to ``end`` in batches: (timestamp, due, ID, body)."""
+def _records(path: Path, start: int, end: int, max_record: int) -> Iterator[list[Record]]:
+    """The file's records from ``start`` to ``end`` in batches."""
     try:
         reader = SegmentReader(path, start)
     except FileNotFoundError:
         return
-    unpack = HEADER.unpack_from
     try:
         while payloads := reader.take(_READ_BATCH, max_record, end):
-            yield [(*unpack(payload), payload[HEADER.size:ID_END], payload[ID_END:]) for payload in payloads]
+            yield _decoded(payloads)
     finally:
         reader.close()
+
+
+def _batch_at(path: Path, start: int, end: int, max_record: int, count: int) -> tuple[list[Record], int]:
+    """Up to ``count`` of the file's records from ``start`` to ``end``, and the position after them."""
+    try:
+        reader = SegmentReader(path, start)
+    except FileNotFoundError:
+        return [], start
+    try:
+        return _decoded(reader.take(count, max_record, end)), reader.position
+    finally:
+        reader.close()
+
+
+def _decoded(payloads: list[bytes]) -> list[Record]:
+    unpack = HEADER.unpack_from
+    return [(*unpack(payload), payload[HEADER.size:ID_END], payload[ID_END:]) for payload in payloads]
 
 
 def _numbers(data_path: Path, name: str) -> list[int]:

@@ -1,36 +1,37 @@
 """Rewinding a channel: every message its topic retains (retention.py) from a moment on is put back into it.
 
-A message put back is the one published: same ID, body and timestamp, attempts counted afresh, queued behind what
-the channel has, in publish order. Left out: what is past the retention time, what is past the TTL (counted apart,
-as ``expired``), and every message whose ID the channel or its topic still has (queued in memory or on disk, in
-flight, deferred, a dead letter, held by the topic): two copies of one ID would break the in-flight and deferred
+A message put back is the one published: same ID, body and timestamp, attempts counted afresh, behind what the
+channel has queued, in publish order. Left out: what is past the retention time, what is past the TTL (counted
+apart, as ``expired``), and every message whose ID the channel or its topic still has (queued in memory or on disk,
+in flight, deferred, a dead letter, held by the topic): two copies of one ID would break the in-flight and deferred
 indexes and a disk queue's record of what is finished. Those are found by one scan, when the rewind starts, of what
-the channel and its topic have (``outstanding``); the retained messages are then read off the event loop a batch at
-a time and put back as they come. A deferred publish whose time has not come is deferred until then. An ephemeral
+the channel and its topic have (``outstanding``).
+
+Nothing is copied: the channel is handed a cursor over the retention files (rewind_cursor.py) that it reads once
+its queue is empty, as its consumers have room. The answer counts what it will put back from the files' counts
+(only a file that straddles the moment is read, off the event loop), less the pending IDs published since the
+moment: a pending message its topic never retained (published before retention was on, or refused by a full disk)
+is counted though not put back. A deferred publish whose time has not come is deferred until then. An ephemeral
 channel takes what its memory queue has room for.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Awaitable, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from shared.flags import parse_duration
 
-from .topic import TopicError
+from .rewind_cursor import RewindCursor, RewindPosition
 
 if TYPE_CHECKING:
     from .channel import Channel
-    from .message import QueuedMessage
     from .recorder import Outstanding
     from .retention import RetainedTopic
     from .topic import Topic
-
-log = logging.getLogger("nsqd")
 
 EARLIEST = "earliest"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -60,61 +61,44 @@ def parse_since(text: str, now_ns: int) -> int:
 
 async def rewind(topic: Topic, channel: Channel, retained: RetainedTopic | None, since_ns: int,
                  mem_queue_size: int) -> Rewound:
-    """Puts back into ``channel`` what ``retained`` (the topic's retention; None: it retains nothing) holds from
-    ``since_ns`` on, up to now."""
+    """Starts putting back into ``channel`` what ``retained`` (the topic's retention; None: it retains nothing) holds
+    from ``since_ns`` on, up to now; how many it will put back, and how many it leaves out as past the TTL."""
     if retained is None:
         return Rewound(0, 0)
     now_ns = time.time_ns()
     since_ns = max(since_ns, retained.oldest_kept_ns(now_ns))
+    unexpired_ns = max(since_ns, now_ns - channel.ttl_ns) if channel.ttl_ns else since_ns
     end = retained.log.end()
-    pending = _pending_ids([topic.outstanding(), channel.outstanding()])
-    room = max(0, mem_queue_size - len(channel.queue)) if channel.ephemeral else 1 << 62
-    ttl_ns = channel.ttl_ns
-    rewound = expired = 0
-    batches = retained.log.read_since(since_ns, end)
-    while room > 0 and (batch := await asyncio.to_thread(next, batches, None)) is not None:
-        now_ns = time.time_ns()
-        queued: list[QueuedMessage] = []
-        waits: list[Awaitable[None]] = []
-        for entry, due_ns in batch:
-            if entry[0] in pending:
-                continue
-            if ttl_ns and entry[2] + ttl_ns <= now_ns:
-                expired += 1
-                continue
-            if rewound == room:
-                break
-            rewound += 1
-            if due_ns > now_ns:
-                _add(channel, [entry], (due_ns - now_ns) // 1_000_000, waits)
-            else:
-                queued.append(entry)
-        if queued:
-            _add(channel, queued, 0, waits)
-        for wait in waits:
-            try:
-                await wait
-            except TopicError as error:  # put back all the same, as a lost nsqd's messages taken over are
-                log.warning("rewinding %s/%s: messages put back without all their copies - %s", topic.name,
-                            channel.name, error)
-        if rewound == room:
-            break
-    return Rewound(rewound, expired)
+    pending = _pending([topic.outstanding(), channel.outstanding()])
+    count_since, count_unexpired = retained.log.counter(since_ns, end), retained.log.counter(unexpired_ns, end)
+    in_range, unexpired = await asyncio.to_thread(lambda: (count_since(), count_unexpired()))
+    skip = {msg_id for msg_id, timestamp in pending.items() if timestamp >= unexpired_ns}
+    pending_expired = sum(1 for timestamp in pending.values() if since_ns <= timestamp < unexpired_ns)
+    rewound, limit = max(0, unexpired - len(skip)), None
+    if channel.ephemeral:
+        rewound = limit = min(rewound, max(0, mem_queue_size - len(channel.queue)))
+    first = retained.log.first_from(unexpired_ns, end)
+    if rewound and first is not None:
+        position = RewindPosition(unexpired_ns, end.number, end.size, first, 0, rewound)
+        channel.rewind(RewindCursor(retained, position, skip, limit))
+    return Rewound(rewound, max(0, in_range - unexpired - pending_expired))
 
 
-def _add(channel: Channel, entries: list[QueuedMessage], defer_ms: int, waits: list[Awaitable[None]]) -> None:
-    wait = channel.add(entries, defer_ms)
-    if wait is not None:
-        waits.append(wait)
+def resume(topic: Topic, channel: Channel, retained: RetainedTopic | None, position: RewindPosition) -> None:
+    """A rewind nsqd.dat records goes on after a restart (what is pending now is skipped); nothing if the topic no
+    longer retains."""
+    if retained is not None:
+        skip = set(_pending([topic.outstanding(), channel.outstanding()]))
+        channel.rewinding = RewindCursor(retained, position, skip)
 
 
-def _pending_ids(outstanding: list[Outstanding]) -> set[bytes]:
-    """The ID of every message the queues have, read now: on the event loop, so that nothing moves meanwhile (a
-    message between the disk and memory would be missed otherwise). An operator's action; it reads every message
-    the channel and its topic have on disk."""
-    ids: set[bytes] = set()
+def _pending(outstanding: list[Outstanding]) -> dict[bytes, int]:
+    """The ID of every message the queues have, with its timestamp, read now: on the event loop, so that nothing
+    moves meanwhile (a message between the disk and memory would be missed otherwise). An operator's action; it
+    reads every message the channel and its topic have on disk."""
+    pending: dict[bytes, int] = {}
     for queues in outstanding:
-        ids.update(entry[0] for entry in queues.queued())
-        ids.update(entry[0] for entry, _ in queues.delayed)
-        ids.update(entry[0] for entry in queues.dead_letters())
-    return ids
+        pending.update((entry[0], entry[2]) for entry in queues.queued())
+        pending.update((entry[0], entry[2]) for entry, _ in queues.delayed)
+        pending.update((entry[0], entry[2]) for entry in queues.dead_letters())
+    return pending

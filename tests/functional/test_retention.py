@@ -80,6 +80,55 @@ async def test_ten_thousand_finished_messages_are_delivered_again_after_a_rewind
         nsqd.stop()
 
 
+async def take_exactly(nsqd: NSQDProcess, topic: str, channel: str, count: int) -> list[bytes]:
+    """The IDs of the next ``count`` messages of the channel, each finished: the window closes before the first FIN,
+    so no more come."""
+    client = await WireClient.connect(nsqd.tcp_address)
+    try:
+        await client.subscribe(topic, channel, rdy=count)
+        messages = await client.read_messages(count)
+        await client.command(b"RDY", b"0")
+        for message in messages:
+            await client.command(b"FIN", message.id)
+        await client.expect_nothing(0.3)
+        return [message.id for message in messages]
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("mem_queue_size", ["10000", "0"])
+async def test_a_rewind_under_way_takes_a_second_one_in_and_goes_on_after_a_restart(tmp_path: Path,
+                                                                                     mem_queue_size: str) -> None:
+    """What a rewind puts back is read from the retention files as consumers take it: a second rewind while the
+    first is under way, and a restart, neither lose nor repeat anything."""
+    flags = ("--retention-time=1h", f"--mem-queue-size={mem_queue_size}")
+    nsqd = start_nsqd(*flags, data_path=tmp_path)
+    try:
+        assert post(nsqd, "/topic/create?topic=events")[0] == 200
+        assert post(nsqd, "/channel/create?topic=events&channel=c")[0] == 200
+        nsqd.multi_publish("events", [b"event %d" % number for number in range(5000)], batch=1000)
+        published = [m.id for m in await consume(nsqd, "events", "c", 5000)]
+        assert post(nsqd, "/channel/rewind?topic=events&channel=c&since=earliest") == (200, {"rewound": 5000})
+        assert nsqd.channel_stats("events", "c")["depth"] == 5000
+        first = await take_exactly(nsqd, "events", "c", 1200)
+        assert first == published[:1200]
+        # everything again: what the first rewind read and did not deliver yet is pending, so not counted twice
+        pending = nsqd.channel_stats("events", "c")["depth"] - 3800
+        assert post(nsqd, "/channel/rewind?topic=events&channel=c&since=earliest") == (
+            200, {"rewound": 5000 - pending})
+        assert nsqd.channel_stats("events", "c")["depth"] == 5000
+        before_restart = await take_exactly(nsqd, "events", "c", 2000)
+    finally:
+        nsqd.stop()
+    nsqd = start_nsqd(*flags, data_path=tmp_path)
+    try:
+        assert nsqd.channel_stats("events", "c")["depth"] == 3000
+        after_restart = [m.id for m in await consume(nsqd, "events", "c", 3000)]
+    finally:
+        nsqd.stop()
+    assert sorted(before_restart + after_restart) == sorted(published)
+
+
 async def test_a_since_in_the_middle_puts_back_exactly_the_later_messages(tmp_path: Path) -> None:
     nsqd = start_nsqd("--retention-time=1h", data_path=tmp_path)
     try:
