@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -36,6 +36,9 @@ ID_END = HEADER.size + 16
 # a retained message on disk: its size prefix, timestamp, due time and ID, then the body
 RECORD_OVERHEAD = SIZE.size + ID_END
 _READ_BATCH = 4096
+MARK_EVERY = 4096
+_SIZE_AND_TIMESTAMP = struct.Struct(">iq")
+_COUNT_CHUNK = 1 << 20
 # a retained message as read: (timestamp, due, ID, body)
 Record = tuple[int, int, bytes, bytes]
 
@@ -47,6 +50,31 @@ class Segment:
     count: int = 0
     first_ns: int = 0  # the timestamp of its oldest message (0: none yet)
     last_ns: int = 0  # of its newest
+    # (ordinal, offset, timestamp) of a message every MARK_EVERY or so, and whether no timestamp ever went back: in
+    # such a file a moment is found by reading at most MARK_EVERY messages (plus a publish's)
+    marks: list[tuple[int, int, int]] = field(default_factory=list)
+    ordered: bool = True
+
+    def note(self, offset: int, timestamp: int) -> None:
+        """A message (or a publish's first) is about to be the file's next, at ``offset``."""
+        if self.count and timestamp < self.last_ns:
+            self.ordered = False
+        if not self.marks or self.count - self.marks[-1][0] >= MARK_EVERY:
+            self.marks.append((self.count, offset, timestamp))
+
+    def before(self, since_ns: int) -> tuple[int, int]:
+        """The ordinal and offset from which to read for the messages published since ``since_ns``: in an ordered
+        file the last mark before it, else the start."""
+        marks, low, high = self.marks, 0, len(self.marks)
+        if not self.ordered:
+            return 0, 0
+        while low < high:  # the first mark at or after since_ns
+            middle = (low + high) // 2
+            if marks[middle][2] < since_ns:
+                low = middle + 1
+            else:
+                high = middle
+        return (marks[low - 1][0], marks[low - 1][1]) if low else (0, 0)
 
 
 @dataclass(frozen=True)
@@ -94,11 +122,13 @@ class RetentionLog:
         reader = SegmentReader(path, 0)
         try:
             while payloads := reader.take(_READ_BATCH, self._max_record, None):
-                stamps = [HEADER.unpack_from(payload)[0] for payload in payloads]
-                segment.first_ns = min(stamps) if not segment.count else min(segment.first_ns, *stamps)
-                segment.last_ns = max(segment.last_ns, *stamps)
-                segment.count += len(payloads)
-            segment.size = reader.position
+                for payload in payloads:
+                    timestamp = HEADER.unpack_from(payload)[0]
+                    segment.note(segment.size, timestamp)
+                    segment.first_ns = min(segment.first_ns, timestamp) if segment.count else timestamp
+                    segment.last_ns = max(segment.last_ns, timestamp)
+                    segment.count += 1
+                    segment.size += SIZE.size + len(payload)
         finally:
             reader.close()
         if path.stat().st_size > segment.size:
@@ -116,6 +146,7 @@ class RetentionLog:
         if fd is None:
             fd = self._fd = os.open(self.path(segment.number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         write_whole(fd, data, segment.size)
+        segment.note(segment.size, oldest if oldest == newest else -1)  # (history taken over: not in order)
         # history taken over from another nsqd comes after newer messages: the oldest and newest, not the first and last
         segment.first_ns = min(segment.first_ns, oldest) if segment.count else oldest
         segment.last_ns = max(segment.last_ns, newest)
@@ -212,35 +243,42 @@ class RetentionLog:
         last = self._segments[-1] if self._segments else Segment(0)
         return LogEnd(last.number, last.size)
 
-    def first_from(self, since_ns: int, end: LogEnd) -> int | None:
-        """The number of the first file up to ``end`` with a message published at or after ``since_ns``."""
-        return next((segment.number for segment in self._segments
-                     if segment.number <= end.number and segment.count and segment.last_ns >= since_ns), None)
+    def start_of(self, since_ns: int, end: LogEnd) -> tuple[int, int] | None:
+        """Where to read from, up to ``end``, for the messages published at or after ``since_ns`` (a file and an
+        offset); None: there are none."""
+        for segment in self._segments:
+            if segment.number > end.number:
+                break
+            if segment.count and segment.last_ns >= since_ns:
+                return segment.number, segment.before(since_ns)[1]
+        return None
 
     def counter(self, since_ns: int, end: LogEnd) -> Callable[[], int]:
         """How many messages up to ``end`` were published at or after ``since_ns``, as a job for another thread: the
-        files wholly that recent are counted now, the one or two that straddle ``since_ns`` are read by the job."""
-        whole, straddling = 0, list[tuple[Path, int]]()
+        files wholly that recent are counted now, the one or two that straddle ``since_ns`` are read by the job (from
+        the mark before it, in a file written in publish order)."""
+        whole, straddling = 0, list[tuple[Path, int, int, int, int, bool]]()
         for segment in self._segments:
             if segment.number > end.number or not segment.count or segment.last_ns < since_ns:
                 continue
             if segment.first_ns >= since_ns:
                 whole += segment.count
             else:
+                ordinal, offset = segment.before(since_ns)
                 straddling.append((self.path(segment.number), end.size if segment.number == end.number
-                                   else segment.size))
-        max_record = self._max_record
+                                   else segment.size, segment.count, ordinal, offset, segment.ordered))
 
         def count() -> int:
-            return whole + sum(1 for path, limit in straddling for batch in _records(path, 0, limit, max_record)
-                               for timestamp, _, _, _ in batch if timestamp >= since_ns)
+            return whole + sum(_count_since(path, limit, count, ordinal, offset, ordered, since_ns)
+                               for path, limit, count, ordinal, offset, ordered in straddling)
 
         return count
 
-    def read_at(self, number: int, offset: int, end: LogEnd, max_count: int) -> tuple[list[Record], int, int]:
-        """Up to ``max_count`` records from file ``number`` at ``offset``, none beyond ``end``, and the position after
-        them: the next file's start once a file is read to its end (past ``end``: nothing is left). A file gone
-        (expired) is skipped; so is the rest of one that holds an invalid record."""
+    def read_at(self, number: int, offset: int, end: LogEnd, max_count: int) -> tuple[list[bytes], int, int]:
+        """Up to ``max_count`` records from file ``number`` at ``offset``, none beyond ``end``, each without its size
+        (``HEADER``, the ID, the body), and the position after them: the next file's start once a file is read to
+        its end (past ``end``: nothing is left). A file gone (expired) is skipped; so is the rest of one that holds
+        an invalid record."""
         for segment in self._segments:
             if segment.number < number:
                 continue
@@ -248,9 +286,9 @@ class RetentionLog:
                 break
             start = offset if segment.number == number else 0
             limit = end.size if segment.number == end.number else segment.size
-            batch, after = _batch_at(self.path(segment.number), start, limit, self._max_record, max_count)
-            if batch:
-                return batch, segment.number, after
+            payloads, after = _payloads_at(self.path(segment.number), start, limit, self._max_record, max_count)
+            if payloads:
+                return payloads, segment.number, after
         return [], end.number + 1, 0
 
     def read_since(self, since_ns: int, end: LogEnd) -> Iterator[list[tuple[QueuedMessage, int]]]:
@@ -270,18 +308,25 @@ class RetentionLog:
 
 def _encoded(entries: list[QueuedMessage], due_ns: int) -> tuple[bytes, int, int]:
     """The records of ``entries``, and their oldest and newest timestamps. A publish's messages share their
-    timestamp, so its header is packed once."""
+    timestamp, and an MPUB's often their size: a record's size and header are packed once for a run of equals."""
     if len(entries) == 1:
         msg_id, body, timestamp, _ = entries[0]
         return SIZE.pack(ID_END + len(body)) + HEADER.pack(timestamp, due_ns) + msg_id + body, timestamp, timestamp
-    pack_size, parts = SIZE.pack, list[bytes]()
+    parts: list[bytes] = []
+    append = parts.append
     oldest = newest = header_for = entries[0][2]
-    header = HEADER.pack(header_for, due_ns)
-    for msg_id, body, timestamp, _ in entries:
+    header, prefix, size_for = HEADER.pack(header_for, due_ns), b"", -1
+    for entry in entries:
+        timestamp, body = entry[2], entry[1]
         if timestamp != header_for:
-            header, header_for = HEADER.pack(timestamp, due_ns), timestamp
+            header, header_for, size_for = HEADER.pack(timestamp, due_ns), timestamp, -1
             oldest, newest = min(oldest, timestamp), max(newest, timestamp)
-        parts += (pack_size(ID_END + len(body)), header, msg_id, body)
+        if len(body) != size_for:
+            size_for = len(body)
+            prefix = SIZE.pack(ID_END + size_for) + header
+        append(prefix)
+        append(entry[0])
+        append(body)
     return b"".join(parts), oldest, newest
 
 
@@ -298,16 +343,51 @@ def _records(path: Path, start: int, end: int, max_record: int) -> Iterator[list
         reader.close()
 
 
-def _batch_at(path: Path, start: int, end: int, max_record: int, count: int) -> tuple[list[Record], int]:
-    """Up to ``count`` of the file's records from ``start`` to ``end``, and the position after them."""
+def _payloads_at(path: Path, start: int, end: int, max_record: int, count: int) -> tuple[list[bytes], int]:
+    """Up to ``count`` of the file's records from ``start`` to ``end``, each without its size, and the position
+    after them."""
     try:
         reader = SegmentReader(path, start)
     except FileNotFoundError:
         return [], start
     try:
-        return _decoded(reader.take(count, max_record, end)), reader.position
+        return reader.take(count, max_record, end), reader.position
     finally:
         reader.close()
+
+
+def _count_since(path: Path, limit: int, count: int, ordinal: int, offset: int, ordered: bool, since_ns: int) -> int:
+    """How many of a file's ``count`` messages, up to ``limit``, were published at or after ``since_ns``, read from
+    message ``ordinal`` at ``offset``: in an ordered file, all from the first that recent on; else each one is
+    looked at."""
+    if ordered:
+        before = next((index for index, timestamp in enumerate(_timestamps(path, offset, limit))
+                       if timestamp >= since_ns), count - ordinal)
+        return count - ordinal - before
+    return sum(1 for timestamp in _timestamps(path, 0, limit) if timestamp >= since_ns)
+
+
+def _timestamps(path: Path, start: int, limit: int) -> Iterator[int]:
+    """The timestamps of a file's records from ``start`` to ``limit``: each record's size and timestamp alone are
+    read, a chunk at a time (the rest of a record is skipped, not read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    position, unpack = start, _SIZE_AND_TIMESTAMP.unpack_from
+    try:
+        while position + _SIZE_AND_TIMESTAMP.size <= limit:
+            chunk = os.pread(fd, min(limit - position, _COUNT_CHUNK), position)
+            offset = 0
+            while offset + _SIZE_AND_TIMESTAMP.size <= len(chunk):
+                size, timestamp = unpack(chunk, offset)
+                if size < ID_END:
+                    return  # not a record (a torn one is cut off at start-up)
+                yield timestamp
+                offset += SIZE.size + size
+            position += offset  # past the chunk when a record straddles its end: the next one starts there
+    finally:
+        os.close(fd)
 
 
 def _decoded(payloads: list[bytes]) -> list[Record]:

@@ -21,7 +21,7 @@ import asyncio
 import re
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from shared.flags import parse_duration
 
@@ -70,18 +70,25 @@ async def rewind(topic: Topic, channel: Channel, retained: RetainedTopic | None,
     unexpired_ns = max(since_ns, now_ns - channel.ttl_ns) if channel.ttl_ns else since_ns
     end = retained.log.end()
     pending = _pending([topic.outstanding(), channel.outstanding()])
-    count_since, count_unexpired = retained.log.counter(since_ns, end), retained.log.counter(unexpired_ns, end)
-    in_range, unexpired = await asyncio.to_thread(lambda: (count_since(), count_unexpired()))
+    count_since = retained.log.counter(since_ns, end)
+    count_unexpired = retained.log.counter(unexpired_ns, end) if unexpired_ns != since_ns else None
+    in_range, unexpired = await asyncio.to_thread(_counts, count_since, count_unexpired)
     skip = {msg_id for msg_id, timestamp in pending.items() if timestamp >= unexpired_ns}
     pending_expired = sum(1 for timestamp in pending.values() if since_ns <= timestamp < unexpired_ns)
     rewound, limit = max(0, unexpired - len(skip)), None
     if channel.ephemeral:
         rewound = limit = min(rewound, max(0, mem_queue_size - len(channel.queue)))
-    first = retained.log.first_from(unexpired_ns, end)
-    if rewound and first is not None:
-        position = RewindPosition(unexpired_ns, end.number, end.size, first, 0, rewound)
+    start = retained.log.start_of(unexpired_ns, end)
+    if rewound and start is not None:
+        position = RewindPosition(unexpired_ns, end.number, end.size, start[0], start[1], rewound)
         channel.rewind(RewindCursor(retained, position, skip, limit))
     return Rewound(rewound, max(0, in_range - unexpired - pending_expired))
+
+
+def _counts(count_since: Callable[[], int], count_unexpired: Callable[[], int] | None) -> tuple[int, int]:
+    """What was published since the moment, and of it what is not past the TTL (a job for another thread)."""
+    in_range = count_since()
+    return in_range, in_range if count_unexpired is None else count_unexpired()
 
 
 def resume(topic: Topic, channel: Channel, retained: RetainedTopic | None, position: RewindPosition) -> None:

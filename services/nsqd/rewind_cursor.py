@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable
 
-from .retention_log import LogEnd
+from .retention_log import HEADER, ID_END, LogEnd
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from .retention import RetainedTopic
 
 log = logging.getLogger("nsqd")
+
+# records read from a file at once: a consumer's room may ask for a few at a time
+READ_AHEAD = 1024
 
 
 @dataclass(frozen=True)
@@ -53,50 +56,72 @@ class RewindCursor:
     def __init__(self, retained: RetainedTopic, position: RewindPosition, skip: set[bytes],
                  limit: int | None = None) -> None:
         self.retained = retained
-        self.position = position
         self.skip = skip
+        self.since_ns = position.since_ns
+        self.end = LogEnd(position.end_number, position.end_size)
+        self.number = position.number
+        self.offset = position.offset
+        self.remaining = position.remaining
         self._limit = limit  # an ephemeral channel's: at most this many more
+        self._ahead: list[bytes] = []  # records read from the position on (without their sizes); _at: the next
+        self._at = 0
 
     @property
-    def remaining(self) -> int:
-        return self.position.remaining
+    def position(self) -> RewindPosition:
+        return RewindPosition(self.since_ns, self.end.number, self.end.size, self.number, self.offset, self.remaining)
 
     @property
     def done(self) -> bool:
-        return self.position.number > self.position.end_number or self._limit == 0
+        return self.number > self.end.number or self._limit == 0
 
-    def take(self, max_count: int) -> list[tuple[QueuedMessage, int]]:
-        """The next messages to put back (up to ``max_count``, each with its due time, 0 for none), from the next
-        file that has any; nothing once done."""
-        position, retained = self.position, self.retained
-        end = LogEnd(position.end_number, position.end_size)
-        since_ns = max(position.since_ns, retained.oldest_kept_ns(time.time_ns()))
-        skip = self.skip
-        taken: list[tuple[QueuedMessage, int]] = []
-        number, offset = position.number, position.offset
-        while not taken and number <= end.number:
-            batch, number, offset = retained.log.read_at(number, offset, end, max_count)
-            for timestamp, due_ns, msg_id, body in batch:
-                if timestamp < since_ns or msg_id in skip:
+    def take(self, max_count: int) -> tuple[list[QueuedMessage], list[tuple[QueuedMessage, int]]]:
+        """The next messages to put back, up to ``max_count``: those to queue, and the deferred publishes whose time
+        has not come, with their due times; nothing once done. Files are read ``READ_AHEAD`` records at a time,
+        however few a consumer's room asks for; the position moves record by record."""
+        now_ns, end = time.time_ns(), self.end
+        since_ns = max(self.since_ns, self.retained.oldest_kept_ns(now_ns))
+        skip, unpack, ahead = self.skip, HEADER.unpack_from, self._ahead
+        queued: list[QueuedMessage] = []
+        deferred: list[tuple[QueuedMessage, int]] = []
+        number, offset, at = self.number, self.offset, self._at
+        while len(queued) + len(deferred) < max_count and number <= end.number:
+            if at == len(ahead):  # (a file read to its end: read_at goes on with the next)
+                ahead, read_from, after = self.retained.log.read_at(number, offset, end, READ_AHEAD)
+                number, offset, at = read_from, offset if read_from == number else 0, 0
+                if not ahead:
+                    number, offset = read_from, after  # past the end: done
                     continue
-                taken.append(((msg_id, body, timestamp, 0), due_ns))
+            payload = ahead[at]
+            at += 1
+            offset += 4 + len(payload)
+            timestamp, due_ns = unpack(payload)
+            msg_id = payload[HEADER.size:ID_END]
+            if timestamp < since_ns or (skip and msg_id in skip):
+                continue
+            if due_ns > now_ns:
+                deferred.append(((msg_id, payload[ID_END:], timestamp, 0), due_ns))
+            else:
+                queued.append((msg_id, payload[ID_END:], timestamp, 0))
+        if at == len(ahead) and number == end.number and offset >= end.size:
+            number, offset = end.number + 1, 0  # all read: done now, not at the next take
+        self._ahead, self._at, self.number, self.offset = ahead, at, number, offset
         if self._limit is not None:
-            taken = taken[:self._limit]
-            self._limit -= len(taken)
-        self.position = replace(position, number=number, offset=offset,
-                                remaining=0 if number > end.number else max(0, position.remaining - len(taken)))
-        return taken
+            queued = queued[:self._limit]
+            deferred = deferred[:self._limit - len(queued)]
+            self._limit -= len(queued) + len(deferred)
+        self.remaining = 0 if number > end.number else max(0, self.remaining - len(queued) - len(deferred))
+        return queued, deferred
 
     def merged(self, earlier: RewindCursor | None) -> RewindCursor:
         """This rewind, asked while ``earlier`` was still under way: one cursor from the earlier of their positions and
-        moments to this one's end, so that neither leaves anything out (what both cover comes once; what this one's
-        scan found pending is skipped)."""
+        moments to this one's end, so that neither leaves anything out; what this one's scan found pending is skipped.
+        Where this one starts before where the earlier one was, messages between the two that only the earlier one
+        asked for, and had put back already, come again (at least once)."""
         if earlier is None or earlier.done or earlier.retained is not self.retained:
             return self
-        mine, theirs = self.position, earlier.position
-        start = min((mine.number, mine.offset), (theirs.number, theirs.offset))
-        position = replace(mine, since_ns=min(mine.since_ns, theirs.since_ns), number=start[0], offset=start[1],
-                           remaining=max(mine.remaining, theirs.remaining))
+        number, offset = min((self.number, self.offset), (earlier.number, earlier.offset))
+        position = RewindPosition(min(self.since_ns, earlier.since_ns), self.end.number, self.end.size, number,
+                                  offset, max(self.remaining, earlier.remaining))
         limit = None if self._limit is None or earlier._limit is None else max(self._limit, earlier._limit)
         return RewindCursor(self.retained, position, self.skip, limit)
 
@@ -104,20 +129,21 @@ class RewindCursor:
 def put_back(channel: Channel, cursor: RewindCursor, count: int) -> RewindCursor | None:
     """Up to ``count`` messages ``cursor`` reads, into ``channel``'s queue (its delivery hands them out), or deferred
     until due; the channel's recorder is told, and not waited for. The cursor, or None once it is done."""
-    taken = cursor.take(count)
-    now, now_ns, name = time.monotonic(), time.time_ns(), f"{channel.topic_name}/{channel.name}"
-    for entry, due_ns in taken:
-        if due_ns > now_ns:  # a deferred publish whose time has not come
-            channel.put_deferred(entry, (due_ns - now_ns) / 1e9, now)
-            _settle(channel.recorder.added([entry], (due_ns - now_ns) // 1_000_000), name)
-    if entries := [entry for entry, due_ns in taken if due_ns <= now_ns]:
-        channel.message_count += len(entries)
-        channel.queue.put(entries)
-        _settle(channel.recorder.added(entries, 0), name)
+    queued, deferred = cursor.take(count)
+    if deferred:
+        now, now_ns = time.monotonic(), time.time_ns()
+        for entry, due_ns in deferred:
+            delay_ns = max(0, due_ns - now_ns)
+            channel.put_deferred(entry, delay_ns / 1e9, now)
+            _settle(channel.recorder.added([entry], delay_ns // 1_000_000), channel)
+    if queued:
+        channel.message_count += len(queued)
+        channel.queue.put(queued)
+        _settle(channel.recorder.added(queued, 0), channel)
     return None if cursor.done else cursor
 
 
-def _settle(wait: Awaitable[None] | None, name: str) -> None:
+def _settle(wait: Awaitable[None] | None, channel: Channel) -> None:
     """A recorder's wait for messages put back (replication's copies): not awaited, its failure logged."""
     if wait is None:
         return
@@ -125,6 +151,7 @@ def _settle(wait: Awaitable[None] | None, name: str) -> None:
 
     def done(finished: asyncio.Future[None]) -> None:
         if not finished.cancelled() and finished.exception() is not None:
-            log.warning("rewinding %s: messages put back without all their copies - %s", name, finished.exception())
+            log.warning("rewinding %s/%s: messages put back without all their copies - %s", channel.topic_name,
+                        channel.name, finished.exception())
 
     future.add_done_callback(done)
