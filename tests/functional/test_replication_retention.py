@@ -55,13 +55,15 @@ def test_the_adopter_rewinds_over_what_the_lost_nsqd_retained_and_so_on(
     a.publish("orders", b"order 200")
     bodies.append(b"order 200")
     assert sorted(asyncio.run(finish(a, "orders", "archive", 1))) == [b"order 200"]
+    assert a.http("POST", "/pub?topic=orders&defer=600000", b"later")[0] == 200  # due in ten minutes
 
     adopter = lose(etcd, [b, c], a, tmp_path / "nsqd0")
-    wait_for(lambda: retained(adopter, "orders") == COUNT + 1, 10, "the history taken over")
+    wait_for(lambda: retained(adopter, "orders") == COUNT + 2, 10, "the history taken over")
     topic = json.loads(adopter.http("GET", "/stats?format=json&topic=orders")[2])["topics"][0]
     assert topic["retention_time"] == "2h0m0s"  # the lost nsqd's settings
-    assert rewind(adopter, "replayed") == {"rewound": COUNT + 1, "created": True}
+    assert rewind(adopter, "replayed") == {"rewound": COUNT + 2, "created": True}
     assert sorted(asyncio.run(finish(adopter, "orders", "replayed", COUNT + 1))) == sorted(bodies)
+    assert adopter.channel_stats("orders", "replayed")["deferred_count"] == 1  # still waiting for its time
 
     survivor = c if adopter is b else b
     wait_for(lambda: retained(survivor, "orders") == 0 and json.loads(
@@ -69,6 +71,7 @@ def test_the_adopter_rewinds_over_what_the_lost_nsqd_retained_and_so_on(
     index = 1 if adopter is b else 2
     last = lose(etcd, [survivor], adopter, tmp_path / f"nsqd{index}")
     assert last is survivor
-    wait_for(lambda: retained(last, "orders") == COUNT + 1, 10, "the history taken over again")
-    assert rewind(last, "again") == {"rewound": COUNT + 1, "created": True}
+    wait_for(lambda: retained(last, "orders") == COUNT + 2, 10, "the history taken over again")
+    assert rewind(last, "again") == {"rewound": COUNT + 2, "created": True}
     assert sorted(asyncio.run(finish(last, "orders", "again", COUNT + 1))) == sorted(bodies)
+    assert last.channel_stats("orders", "again")["deferred_count"] == 1  # its due time kept through two takeovers

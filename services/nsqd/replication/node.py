@@ -9,6 +9,7 @@ What it needs of nsqd is ``Host``: its options, its topics, and where its queues
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import shutil
@@ -282,9 +283,20 @@ class Replication:
             while (batch := await asyncio.to_thread(next, batches, None)) is not None:
                 retained.take_history(batch)
                 if self.origin is not None:
-                    self.origin.record_history(name, retained.kept, [entry for entry, _ in batch])
+                    self._record_history(self.origin, name, retained.kept, batch)
                 count += len(batch)
             log.info("REPLICATION: took over %d retained messages of %s's topic %s", count, store.origin, name)
+
+    @staticmethod
+    def _record_history(origin: Origin, name: str, kept: tuple[int, int],
+                        batch: list[tuple[QueuedMessage, int]]) -> None:
+        """History taken over, to this nsqd's mirrors: a deferred publish alone, with its due time as a delay."""
+        for due_ns, group in itertools.groupby(batch, key=lambda item: item[1]):
+            if not due_ns:
+                origin.record_history(name, kept, 0, [entry for entry, _ in group])
+                continue
+            for entry, _ in group:
+                origin.record_history(name, kept, (due_ns - entry[TIMESTAMP]) // 1_000_000, [entry])
 
     def _take_adopted(self, groups: dict[tuple[str, str | None, int], list[QueuedMessage]],
                       waits: list[Awaitable[None]]) -> None:

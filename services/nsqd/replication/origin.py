@@ -109,9 +109,10 @@ class Origin:
         self._record(Publish(sequence, topic, channels, defer_ms, Messages.of(entries), retain))
         return self._copies(sequence)
 
-    def record_history(self, topic: str, retain: tuple[int, int], entries: list[QueuedMessage]) -> None:
-        """Messages the topic retains, to be retained by the mirrors too, in no queue (a lost nsqd's history)."""
-        self._record(Publish(self._next(), topic, (), 0, Messages.of(entries), retain, history=True))
+    def record_history(self, topic: str, retain: tuple[int, int], defer_ms: int, entries: list[QueuedMessage]) -> None:
+        """Messages the topic retains, to be retained by the mirrors too, in no queue (a lost nsqd's history), and
+        how long after their timestamp a deferred publish among them is due."""
+        self._record(Publish(self._next(), topic, (), defer_ms, Messages.of(entries), retain, history=True))
 
     def distributed(self, topic: str, channels: tuple[str, ...]) -> None:
         self._record(Distribute(self._next(), topic, channels))
