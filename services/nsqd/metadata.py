@@ -30,7 +30,6 @@ from shared.flags import format_duration, parse_duration
 
 from . import atomic_file
 from .retention import DEFAULT, RetentionSettings
-from .rewind import resume
 from .rewind_cursor import RewindPosition
 
 if TYPE_CHECKING:
@@ -64,6 +63,8 @@ class ChannelMetadata:
         if self.max_attempts is not None:
             channel.set_max_attempts(self.max_attempts)
         if self.rewind is not None:
+            from .rewind import resume  # loaded only when a rewind was under way (as the HTTP API loads it)
+
             resume(topic, channel, retained, self.rewind)
 
 
