@@ -9,6 +9,7 @@ from services.nsqd import metadata
 from services.nsqd.storage import Storage
 from services.nsqd.metadata import ChannelMetadata, DataPathLock, MetadataError, TopicMetadata
 from services.nsqd.retention import RetentionSettings
+from services.nsqd.rewind_cursor import RewindPosition
 from services.nsqd.topic import Topic
 from tests.unit.nsqd_fixtures import options
 
@@ -98,4 +99,13 @@ def test_a_channels_own_attempts_limit_is_kept_beside_nsqs_fields(tmp_path: Path
     metadata.save(tmp_path, topics)
     channels = json.loads((tmp_path / "nsqd.dat").read_text())["topics"][0]["channels"]
     assert channels == [{"name": "a", "paused": False, "max_attempts": 5}, {"name": "b", "paused": False}]
+    assert metadata.load(tmp_path) == topics
+
+
+def test_a_rewind_under_way_is_kept_as_where_it_is(tmp_path: Path) -> None:
+    position = RewindPosition(1_796_112_000_000_000_000, 3, 4096, 2, 128, 500)
+    topics = [TopicMetadata("t", channels=[ChannelMetadata("a", rewind=position), ChannelMetadata("b")])]
+    metadata.save(tmp_path, topics)
+    channels = json.loads((tmp_path / "nsqd.dat").read_text())["topics"][0]["channels"]
+    assert channels[0]["rewind"] == [1_796_112_000_000_000_000, 3, 4096, 2, 128, 500] and "rewind" not in channels[1]
     assert metadata.load(tmp_path) == topics
