@@ -38,6 +38,7 @@ RECORD_OVERHEAD = SIZE.size + ID_END
 _READ_BATCH = 4096
 MARK_EVERY = 4096
 _SIZE_AND_TIMESTAMP = struct.Struct(">iq")
+_PREFIX = struct.Struct(">iqq")  # a record's size and HEADER
 _COUNT_CHUNK = 1 << 20
 # a retained message as read: (timestamp, due, ID, body)
 Record = tuple[int, int, bytes, bytes]
@@ -311,7 +312,7 @@ def _encoded(entries: list[QueuedMessage], due_ns: int) -> tuple[bytes, int, int
     timestamp, and an MPUB's often their size: a record's size and header are packed once for a run of equals."""
     if len(entries) == 1:
         msg_id, body, timestamp, _ = entries[0]
-        return SIZE.pack(ID_END + len(body)) + HEADER.pack(timestamp, due_ns) + msg_id + body, timestamp, timestamp
+        return _PREFIX.pack(ID_END + len(body), timestamp, due_ns) + msg_id + body, timestamp, timestamp
     parts: list[bytes] = []
     append = parts.append
     oldest = newest = header_for = entries[0][2]

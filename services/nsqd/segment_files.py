@@ -115,8 +115,8 @@ def write_whole(fd: int, data: bytes, start: int) -> None:
     """Writes all of ``data`` at ``start``, the descriptor's position, or raises OSError having cut the file back
     to ``start``: no torn record left behind, and the next write goes where this one started (not after a hole)."""
     try:
-        written = 0
-        while written < len(data):
+        written = os.write(fd, data)
+        while written < len(data):  # (a short write: the rest, not a copy of all of it each time)
             written += os.write(fd, data[written:])
     except OSError:
         os.ftruncate(fd, start)
