@@ -1,7 +1,7 @@
 """Rewinding a channel: every message its topic retains (retention.py) from a moment on is put back into it.
 
 A message put back is the one published: same ID, body and timestamp, attempts counted afresh, behind what the
-channel has queued, in publish order. Left out: what is past the retention time, what is past the TTL (counted
+channel has queued (and what is published meanwhile), in publish order. Left out: what is past the retention time, what is past the TTL (counted
 apart, as ``expired``), and every message whose ID the channel or its topic still has (queued in memory or on disk,
 in flight, deferred, a dead letter, held by the topic): two copies of one ID would break the in-flight and deferred
 indexes and a disk queue's record of what is finished. Those are found by one scan, when the rewind starts, of what

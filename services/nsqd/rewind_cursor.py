@@ -1,11 +1,12 @@
 """A rewind under way: what a channel still has to put back from its topic's retention files (retention_log.py),
 read from them as the channel's consumers have room, never copied into the channel's queue first.
 
-A rewind (rewind.py) starts one at the first file holding a message published since its moment, and it stops where
-the log ended when the rewind was asked. The channel takes from it only once its own queue is empty
-(``Channel._refill``), so what is put back comes behind what the channel had queued. Left out as it is read: what was
-published before its moment (or is past the retention time by now), and every ID that was pending in the channel or
-its topic when the rewind was asked (``skip``): two copies of one ID would break the in-flight and deferred indexes.
+A rewind (rewind.py) starts one at the mark before its moment in the first file holding a message published since
+then, and it stops where the log ended when the rewind was asked. The channel takes from it only once its own queue
+is empty (``Channel._refill``), so what is put back comes behind what the channel had queued, and behind what is
+published meanwhile. Left out as it is read: what was published before its moment (or is past the retention time by
+now), and every ID that was pending in the channel or its topic when the rewind was asked (``skip``): two copies of
+one ID would break the in-flight and deferred indexes.
 
 Its position is kept in nsqd.dat (``RewindPosition``), so a restart goes on from where it was last saved; what was
 read since then comes again unless it is still pending (delivery is at least once).
