@@ -251,12 +251,10 @@ class Channel:
 
     def _refill(self, count: int) -> bool:
         """Memory gets up to ``count`` messages from the disk queue, else from a rewind under way; False: none."""
-        while not self.queue.fill_memory(count):
+        while not self.queue.memory and not self.queue.fill_memory(count):
             if self.rewinding is None:
                 return False
             self.rewinding = put_back(self, self.rewinding, count)  # None once it is done
-            if self.queue.memory:
-                return True
         return True
 
     def rewind(self, cursor: RewindCursor) -> None:
@@ -401,6 +399,8 @@ class Channel:
         """Drop every queued, in-flight and deferred message, as NSQ's /channel/empty does."""
         self.queue.empty()
         self.in_flight.clear()
+        if self.rewinding is not None:
+            self.rewinding.ended()  # dropped with the rest
         self.rewinding = None
         self.recorder.emptied()
         for consumer in list(self.clients.values()):

@@ -85,7 +85,8 @@ async def create_channel_since(nsqd: NSQD, topic: Topic, name: str, request: Req
 
 
 async def _rewind(nsqd: NSQD, topic: Topic, channel: Channel, since_ns: int) -> dict[str, int]:
-    result = await rewind(topic, channel, nsqd.retention.topics.get(topic.name), since_ns, nsqd.opts.mem_queue_size)
+    result = rewind(topic, channel, nsqd.retention.topics.get(topic.name), since_ns, nsqd.opts.mem_queue_size,
+                    nsqd.note_metadata_change)
     if result.rewound and not channel.ephemeral:
         await nsqd.persist_metadata()  # a restart goes on with it
     return {"rewound": result.rewound, **({"expired": result.expired} if result.expired else {})}

@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from nsqclient.protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
 from nsqclient.version import VERSION
@@ -56,7 +56,8 @@ class ChannelMetadata:
     max_attempts: int | None = None
     rewind: RewindPosition | None = None
 
-    def restore(self, topic: Topic, channel: Channel, retained: RetainedTopic | None) -> None:
+    def restore(self, topic: Topic, channel: Channel, retained: RetainedTopic | None,
+                rewind_ended: Callable[[], None]) -> None:
         """What nsqd.dat records of the channel, back on the channel a restart made."""
         if self.paused:
             channel.pause()
@@ -65,7 +66,7 @@ class ChannelMetadata:
         if self.rewind is not None:
             from .rewind import resume  # loaded only when a rewind was under way (as the HTTP API loads it)
 
-            resume(topic, channel, retained, self.rewind)
+            resume(topic, channel, retained, self.rewind, rewind_ended)
 
 
 @dataclass

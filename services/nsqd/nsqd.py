@@ -370,6 +370,10 @@ class NSQD:
         topic.record_with(self.storage.topic_recorder(topic.name))
         self._metadata_changed.set()
 
+    def note_metadata_change(self) -> None:
+        """Something nsqd.dat records changed outside nsqd's own methods (a rewind ended): written again soon."""
+        self._metadata_changed.set()
+
     def _metadata(self) -> list[metadata.TopicMetadata]:
         return metadata.snapshot(self.topics, self.retention.own)
 
@@ -384,7 +388,7 @@ class NSQD:
                 topic.set_ttl(recorded.ttl)
             for recorded_channel in recorded.channels:
                 recorded_channel.restore(topic, topic.get_channel(recorded_channel.name),
-                                         self.retention.topics.get(topic.name))
+                                         self.retention.topics.get(topic.name), self.note_metadata_change)
             topic.start()
 
     @property

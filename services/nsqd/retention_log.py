@@ -92,6 +92,8 @@ class RetentionLog:
         self._data_path = data_path
         self._max_record = max_msg_size + ID_END
         self._segments = [self._recovered(number) for number in _numbers(data_path, name)]
+        # numbers never come round again while the process runs: a rewind's position names a file by its number
+        self._last_number = self._segments[-1].number if self._segments else 0
         self._fd: int | None = None
         # write files rolled since the last sync job, by number: open until synced (or their file removed, which frees
         # its space only once no descriptor is open on it)
@@ -147,7 +149,9 @@ class RetentionLog:
         if fd is None:
             fd = self._fd = os.open(self.path(segment.number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         write_whole(fd, data, segment.size)
-        segment.note(segment.size, oldest if oldest == newest else -1)  # (history taken over: not in order)
+        segment.note(segment.size, oldest)
+        if oldest != newest:  # history taken over: not in publish order
+            segment.ordered = False
         # history taken over from another nsqd comes after newer messages: the oldest and newest, not the first and last
         segment.first_ns = min(segment.first_ns, oldest) if segment.count else oldest
         segment.last_ns = max(segment.last_ns, newest)
@@ -164,7 +168,8 @@ class RetentionLog:
         if self._fd is not None and self._segments:  # synced, then closed, by the next sync job
             self._rolled[self._segments[-1].number] = self._fd
             self._fd = None
-        segment = Segment(self._segments[-1].number + 1 if self._segments else 1)
+        self._last_number += 1
+        segment = Segment(self._last_number)
         self._segments.append(segment)
         return segment
 
@@ -379,6 +384,8 @@ def _timestamps(path: Path, start: int, limit: int) -> Iterator[int]:
     try:
         while position + _SIZE_AND_TIMESTAMP.size <= limit:
             chunk = os.pread(fd, min(limit - position, _COUNT_CHUNK), position)
+            if len(chunk) < _SIZE_AND_TIMESTAMP.size:
+                return  # the file is shorter than it was said to be
             offset = 0
             while offset + _SIZE_AND_TIMESTAMP.size <= len(chunk):
                 size, timestamp = unpack(chunk, offset)

@@ -17,7 +17,6 @@ channel takes what its memory queue has room for.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from datetime import datetime, timedelta, timezone
@@ -59,10 +58,12 @@ def parse_since(text: str, now_ns: int) -> int:
     return max(0, now_ns - round(seconds * 1e9))
 
 
-async def rewind(topic: Topic, channel: Channel, retained: RetainedTopic | None, since_ns: int,
-                 mem_queue_size: int) -> Rewound:
+def rewind(topic: Topic, channel: Channel, retained: RetainedTopic | None, since_ns: int, mem_queue_size: int,
+           ended: Callable[[], None]) -> Rewound:
     """Starts putting back into ``channel`` what ``retained`` (the topic's retention; None: it retains nothing) holds
-    from ``since_ns`` on, up to now; how many it will put back, and how many it leaves out as past the TTL."""
+    from ``since_ns`` on, up to now; how many it will put back, and how many it leaves out as past the TTL.
+    ``ended`` is told when the rewind is done or dropped. All of it at once, on the event loop: a cursor already
+    under way must not move between the scan of what is pending and its merging with this one."""
     if retained is None:
         return Rewound(0, 0)
     now_ns = time.time_ns()
@@ -70,33 +71,32 @@ async def rewind(topic: Topic, channel: Channel, retained: RetainedTopic | None,
     unexpired_ns = max(since_ns, now_ns - channel.ttl_ns) if channel.ttl_ns else since_ns
     end = retained.log.end()
     pending = _pending([topic.outstanding(), channel.outstanding()])
-    count_since = retained.log.counter(since_ns, end)
-    count_unexpired = retained.log.counter(unexpired_ns, end) if unexpired_ns != since_ns else None
-    in_range, unexpired = await asyncio.to_thread(_counts, count_since, count_unexpired)
-    skip = {msg_id for msg_id, timestamp in pending.items() if timestamp >= unexpired_ns}
+    in_range = retained.log.counter(since_ns, end)()
+    unexpired = retained.log.counter(unexpired_ns, end)() if unexpired_ns != since_ns else in_range
+    # every pending ID is skipped, whenever it was published: a merged cursor reads from the earlier moment
+    skip = set(pending)
+    pending_unexpired = sum(1 for timestamp in pending.values() if timestamp >= unexpired_ns)
     pending_expired = sum(1 for timestamp in pending.values() if since_ns <= timestamp < unexpired_ns)
-    rewound, limit = max(0, unexpired - len(skip)), None
+    rewound, limit = max(0, unexpired - pending_unexpired), None
     if channel.ephemeral:
         rewound = limit = min(rewound, max(0, mem_queue_size - len(channel.queue)))
     start = retained.log.start_of(unexpired_ns, end)
     if rewound and start is not None:
-        position = RewindPosition(unexpired_ns, end.number, end.size, start[0], start[1], rewound)
-        channel.rewind(RewindCursor(retained, position, skip, limit))
+        position = RewindPosition(unexpired_ns, end.number, end.size, start[0], start[1], rewound, now_ns)
+        cursor = RewindCursor(retained, position, skip, limit)
+        cursor.ended = ended
+        channel.rewind(cursor)
     return Rewound(rewound, max(0, in_range - unexpired - pending_expired))
 
 
-def _counts(count_since: Callable[[], int], count_unexpired: Callable[[], int] | None) -> tuple[int, int]:
-    """What was published since the moment, and of it what is not past the TTL (a job for another thread)."""
-    in_range = count_since()
-    return in_range, in_range if count_unexpired is None else count_unexpired()
-
-
-def resume(topic: Topic, channel: Channel, retained: RetainedTopic | None, position: RewindPosition) -> None:
+def resume(topic: Topic, channel: Channel, retained: RetainedTopic | None, position: RewindPosition,
+           ended: Callable[[], None]) -> None:
     """A rewind nsqd.dat records goes on after a restart (what is pending now is skipped); nothing if the topic no
     longer retains."""
     if retained is not None:
-        skip = set(_pending([topic.outstanding(), channel.outstanding()]))
-        channel.rewinding = RewindCursor(retained, position, skip)
+        channel.rewinding = RewindCursor(retained, position, set(_pending([topic.outstanding(),
+                                                                            channel.outstanding()])))
+        channel.rewinding.ended = ended
 
 
 def _pending(outstanding: list[Outstanding]) -> dict[bytes, int]:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from .retention_log import HEADER, ID_END, LogEnd
 
@@ -43,14 +43,18 @@ class RewindPosition:
     number: int  # the next record: its file, and where in it
     offset: int
     remaining: int  # how many it expects to put back still: part of the channel's depth
+    # when the rewind was asked: what was published later is left out, even where a file number came round again
+    # (every file expired) or a power cut took back the end of a file
+    until_ns: int
 
     def document(self) -> list[int]:
-        return [self.since_ns, self.end_number, self.end_size, self.number, self.offset, self.remaining]
+        return [self.since_ns, self.end_number, self.end_size, self.number, self.offset, self.remaining,
+                self.until_ns]
 
     @classmethod
     def from_document(cls, values: list[int]) -> RewindPosition:
-        since_ns, end_number, end_size, number, offset, remaining = (int(value) for value in values)
-        return cls(since_ns, end_number, end_size, number, offset, remaining)
+        since_ns, end_number, end_size, number, offset, remaining, until_ns = (int(value) for value in values)
+        return cls(since_ns, end_number, end_size, number, offset, remaining, until_ns)
 
 
 class RewindCursor:
@@ -63,13 +67,16 @@ class RewindCursor:
         self.number = position.number
         self.offset = position.offset
         self.remaining = position.remaining
+        self.until_ns = position.until_ns
+        self.ended: Callable[[], None] = _nothing  # told once it is done or dropped (nsqd.dat then forgets it)
         self._limit = limit  # an ephemeral channel's: at most this many more
         self._ahead: list[bytes] = []  # records read from the position on (without their sizes); _at: the next
         self._at = 0
 
     @property
     def position(self) -> RewindPosition:
-        return RewindPosition(self.since_ns, self.end.number, self.end.size, self.number, self.offset, self.remaining)
+        return RewindPosition(self.since_ns, self.end.number, self.end.size, self.number, self.offset, self.remaining,
+                              self.until_ns)
 
     @property
     def done(self) -> bool:
@@ -81,7 +88,7 @@ class RewindCursor:
         however few a consumer's room asks for; the position moves record by record."""
         now_ns, end = time.time_ns(), self.end
         since_ns = max(self.since_ns, self.retained.oldest_kept_ns(now_ns))
-        skip, unpack, ahead = self.skip, HEADER.unpack_from, self._ahead
+        skip, unpack, ahead, until_ns = self.skip, HEADER.unpack_from, self._ahead, self.until_ns
         queued: list[QueuedMessage] = []
         deferred: list[tuple[QueuedMessage, int]] = []
         number, offset, at = self.number, self.offset, self._at
@@ -97,7 +104,7 @@ class RewindCursor:
             offset += 4 + len(payload)
             timestamp, due_ns = unpack(payload)
             msg_id = payload[HEADER.size:ID_END]
-            if timestamp < since_ns or (skip and msg_id in skip):
+            if timestamp < since_ns or timestamp > until_ns or (skip and msg_id in skip):
                 continue
             if due_ns > now_ns:
                 deferred.append(((msg_id, payload[ID_END:], timestamp, 0), due_ns))
@@ -122,15 +129,22 @@ class RewindCursor:
             return self
         number, offset = min((self.number, self.offset), (earlier.number, earlier.offset))
         position = RewindPosition(min(self.since_ns, earlier.since_ns), self.end.number, self.end.size, number,
-                                  offset, max(self.remaining, earlier.remaining))
+                                  offset, max(self.remaining, earlier.remaining), self.until_ns)
         limit = None if self._limit is None or earlier._limit is None else max(self._limit, earlier._limit)
-        return RewindCursor(self.retained, position, self.skip, limit)
+        merged = RewindCursor(self.retained, position, self.skip, limit)
+        merged.ended = self.ended
+        return merged
 
 
 def put_back(channel: Channel, cursor: RewindCursor, count: int) -> RewindCursor | None:
     """Up to ``count`` messages ``cursor`` reads, into ``channel``'s queue (its delivery hands them out), or deferred
     until due; the channel's recorder is told, and not waited for. The cursor, or None once it is done."""
-    queued, deferred = cursor.take(count)
+    try:
+        queued, deferred = cursor.take(count)
+    except OSError as error:  # a file that cannot be read: the rewind ends there, the publish in hand goes on
+        log.error("rewinding %s/%s: failed to read the retention files - %s", channel.topic_name, channel.name, error)
+        cursor.ended()
+        return None
     if deferred:
         now, now_ns = time.monotonic(), time.time_ns()
         for entry, due_ns in deferred:
@@ -141,7 +155,14 @@ def put_back(channel: Channel, cursor: RewindCursor, count: int) -> RewindCursor
         channel.message_count += len(queued)
         channel.queue.put(queued)
         _settle(channel.recorder.added(queued, 0), channel)
-    return None if cursor.done else cursor
+    if not cursor.done:
+        return cursor
+    cursor.ended()
+    return None
+
+
+def _nothing() -> None:
+    pass
 
 
 def _settle(wait: Awaitable[None] | None, channel: Channel) -> None:

@@ -103,9 +103,9 @@ def test_a_channels_own_attempts_limit_is_kept_beside_nsqs_fields(tmp_path: Path
 
 
 def test_a_rewind_under_way_is_kept_as_where_it_is(tmp_path: Path) -> None:
-    position = RewindPosition(1_796_112_000_000_000_000, 3, 4096, 2, 128, 500)
+    position = RewindPosition(1_796_112_000_000_000_000, 3, 4096, 2, 128, 500, 1_796_112_001_000_000_000)
     topics = [TopicMetadata("t", channels=[ChannelMetadata("a", rewind=position), ChannelMetadata("b")])]
     metadata.save(tmp_path, topics)
     channels = json.loads((tmp_path / "nsqd.dat").read_text())["topics"][0]["channels"]
-    assert channels[0]["rewind"] == [1_796_112_000_000_000_000, 3, 4096, 2, 128, 500] and "rewind" not in channels[1]
+    assert channels[0]["rewind"] == [1_796_112_000_000_000_000, 3, 4096, 2, 128, 500, 1_796_112_001_000_000_000] and "rewind" not in channels[1]
     assert metadata.load(tmp_path) == topics

@@ -31,7 +31,7 @@ def cursor_from(retained: RetainedTopic, since_ns: int, skip: set[bytes] | None 
     end = retained.log.end()
     start = retained.log.start_of(since_ns, end)
     assert start is not None
-    return RewindCursor(retained, RewindPosition(since_ns, end.number, end.size, *start, 30), skip or set(), limit)
+    return RewindCursor(retained, RewindPosition(since_ns, end.number, end.size, *start, 30, 1 << 62), skip or set(), limit)
 
 
 def take_all(cursor: RewindCursor, batch: int = 4) -> list[bytes]:
@@ -110,7 +110,7 @@ def test_a_rewind_asked_while_another_is_under_way_goes_on_from_the_earlier_of_t
 
 
 def test_a_position_is_kept_as_a_list_of_numbers() -> None:
-    position = RewindPosition(1_796_112_000_000_000_000, 3, 4096, 2, 128, 500)
+    position = RewindPosition(1_796_112_000_000_000_000, 3, 4096, 2, 128, 500, 1_796_112_001_000_000_000)
     assert RewindPosition.from_document(position.document()) == position
 
 
@@ -149,7 +149,7 @@ def test_a_moment_in_a_file_written_in_order_is_found_from_its_marks(tmp_path: P
     assert [log.counter(now + since, end)() for since in (0, 1, 41, 99, 100)] == [10_000, 9_900, 5_900, 100, 0]
     start = log.start_of(now + 81, end)
     assert start is not None and start[1] > 0  # from the mark before message 8,100, not the file's start
-    cursor = RewindCursor(retained, RewindPosition(now + 81, end.number, end.size, *start, 1900), set())
+    cursor = RewindCursor(retained, RewindPosition(now + 81, end.number, end.size, *start, 1900, 1 << 62), set())
     assert take_all(cursor, batch=500) == ids(range(8100, 10_000))
     # a file with history taken over from another nsqd is not in order: it is read whole
     retained.take_history([((b"%016d" % 10_000, b"old", now - 5, 0), 0)])
@@ -159,3 +159,32 @@ def test_a_moment_in_a_file_written_in_order_is_found_from_its_marks(tmp_path: P
     reopened = RetentionLog("t", tmp_path, 1024)  # marks and order found again at start-up
     assert reopened.counter(now + 41, reopened.end())() == 5_900 and reopened.start_of(now + 41, end) == (1, 0)
     reopened.close()
+
+
+def test_what_was_published_after_the_rewind_was_asked_is_left_out(tmp_path: Path) -> None:
+    """Even where a file's number came round again or a power cut took back a file's end: the moment decides."""
+    now = time.time_ns()
+    retained = retained_topic(tmp_path, now)
+    end = retained.log.end()
+    cursor = RewindCursor(retained, RewindPosition(now, end.number, end.size, 1, 0, 15, now + 14), set())
+    assert take_all(cursor) == ids(range(15))
+    retained.log.close()
+
+
+def test_history_in_no_order_written_to_an_empty_file_is_counted_exactly(tmp_path: Path) -> None:
+    retention = Retention(tmp_path, Options(retention_time=3600))
+    retention.topic("t")
+    retained = retention.topics["t"]
+    now = time.time_ns()
+    retained.take_history([((b"%016d" % n, b"old", now + stamp, 0), 0) for n, stamp in enumerate((5, 1, 3))])
+    assert retained.log.counter(now + 2, retained.log.end())() == 2
+    retained.log.close()
+
+
+def test_file_numbers_never_come_round_again_while_nsqd_runs(tmp_path: Path) -> None:
+    now = time.time_ns()
+    retained = retained_topic(tmp_path, now)
+    assert retained.log.expire(now + 1_000, 0) == 30  # every file gone
+    retained.published(False, 0, entries(30, 1, now + 2_000))
+    assert retained.log.end().number == 4
+    retained.log.close()
