@@ -9,8 +9,8 @@ the channel and its topic have (``outstanding``).
 
 Nothing is copied: the channel is handed a cursor over the retention files (rewind_cursor.py) that it reads once
 its queue is empty, as its consumers have room. The answer counts what it will put back from the files' counts
-(only a file that straddles the moment is read, off the event loop), less the pending IDs published since the
-moment: a pending message its topic never retained (published before retention was on, or refused by a full disk)
+(a file that straddles the moment is read from the mark before it, at most a few thousand records, unless history
+taken over left it out of order), less the pending IDs published since the moment: a pending message its topic never retained (published before retention was on, or refused by a full disk)
 is counted though not put back. A deferred publish whose time has not come is deferred until then. An ephemeral
 channel takes what its memory queue has room for.
 """
