@@ -29,14 +29,14 @@ from .deadline_queue import DeadlineQueue
 from .latency_window import LatencyWindow
 from .message import ATTEMPTS, BODY, ID, TIMESTAMP, InFlightMessage, QueuedMessage, decode
 from .recorder import Outstanding
-from .rewind_cursor import put_back
+from .rewind_cursor import NO_REWIND
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from .options import Options
     from .recorder import ChannelRecorder
-    from .rewind_cursor import RewindCursor
+    from .rewind_cursor import RewindCursor, Rewinding
     from .storage import Storage
 
 
@@ -59,7 +59,7 @@ class Channel:
         self.paused = False
         self.exiting = False
         self.in_flight: DeadlineQueue[InFlightMessage] = DeadlineQueue()
-        self.rewinding: RewindCursor | None = None  # what a rewind still puts back once the queue is empty
+        self.rewinding: Rewinding = NO_REWIND  # what a rewind still puts back once the queue is empty
         self.clients: dict[int, Consumer] = {}
         self.ready = ReadyConsumers(topology.enabled(opts))
         self.message_count = 0
@@ -84,7 +84,7 @@ class Channel:
 
     @property
     def depth(self) -> int:
-        return len(self.queue) + (self.rewinding.remaining if self.rewinding is not None else 0)
+        return len(self.queue) + self.rewinding.remaining
 
     @property
     def backend_depth(self) -> int:
@@ -252,9 +252,9 @@ class Channel:
     def _refill(self, count: int) -> bool:
         """Memory gets up to ``count`` messages from the disk queue, else from a rewind under way; False: none."""
         while not self.queue.memory and not self.queue.fill_memory(count):
-            if self.rewinding is None:
+            if self.rewinding.done:
                 return False
-            self.rewinding = put_back(self, self.rewinding, count)  # None once it is done
+            self.rewinding = self.rewinding.put_back(self, count)
         return True
 
     def rewind(self, cursor: RewindCursor) -> None:
@@ -305,7 +305,7 @@ class Channel:
         takes what the queue holds, without it leaves the ready ones."""
         if consumer.room > 0 and consumer.id in self.clients:
             self.ready.add(consumer)
-            if self.queue or self.rewinding is not None:
+            if self.queue or not self.rewinding.done:
                 self._drain()
         else:
             self.ready.discard(consumer)
@@ -399,9 +399,8 @@ class Channel:
         """Drop every queued, in-flight and deferred message, as NSQ's /channel/empty does."""
         self.queue.empty()
         self.in_flight.clear()
-        if self.rewinding is not None:
-            self.rewinding.ended()  # dropped with the rest
-        self.rewinding = None
+        self.rewinding.ended()  # dropped with the rest
+        self.rewinding = NO_REWIND
         self.recorder.emptied()
         for consumer in list(self.clients.values()):
             consumer.emptied()
@@ -411,7 +410,7 @@ class Channel:
         """Closes the consumers and removes every message and file."""
         self.close_clients()
         self.in_flight.clear()
-        self.rewinding = None
+        self.rewinding = NO_REWIND
         self.queue.delete()
         self.dead_letters.delete()
         self.recorder.deleted()

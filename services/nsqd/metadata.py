@@ -82,7 +82,7 @@ def snapshot(topics: dict[str, Topic], retention: Mapping[str, RetentionSettings
     """What nsqd.dat records of ``topics`` (and their own ``retention`` settings); taken on the event loop, cheap."""
     return [TopicMetadata(topic.name, topic.paused,
                           [ChannelMetadata(channel.name, channel.paused, channel.own_max_attempts,
-                                           None if channel.rewinding is None else channel.rewinding.position)
+                                           channel.rewinding.position)
                            for channel in topic.channels.values() if not channel.ephemeral], topic.ttl,
                           retention.get(topic.name, DEFAULT))
             for topic in topics.values() if not topic.ephemeral]

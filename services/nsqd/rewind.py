@@ -1,18 +1,18 @@
 """Rewinding a channel: every message its topic retains (retention.py) from a moment on is put back into it.
 
 A message put back is the one published: same ID, body and timestamp, attempts counted afresh, behind what the
-channel has queued (and what is published meanwhile), in publish order. Left out: what is past the retention time, what is past the TTL (counted
-apart, as ``expired``), and every message whose ID the channel or its topic still has (queued in memory or on disk,
-in flight, deferred, a dead letter, held by the topic): two copies of one ID would break the in-flight and deferred
-indexes and a disk queue's record of what is finished. Those are found by one scan, when the rewind starts, of what
-the channel and its topic have (``outstanding``).
+channel has queued (and what is published meanwhile), in publish order. Left out: what is past the retention time,
+what is past the TTL (counted apart, as ``expired``), and every message whose ID the channel or its topic still has
+(queued in memory or on disk, in flight, deferred, a dead letter, held by the topic): two copies of one ID would
+break the in-flight and deferred indexes and a disk queue's record of what is finished. Those are found by one scan,
+when the rewind starts, of what the channel and its topic have (``outstanding``).
 
-Nothing is copied: the channel is handed a cursor over the retention files (rewind_cursor.py) that it reads once
-its queue is empty, as its consumers have room. The answer counts what it will put back from the files' counts
-(a file that straddles the moment is read from the mark before it, at most a few thousand records, unless history
-taken over left it out of order), less the pending IDs published since the moment: a pending message its topic never retained (published before retention was on, or refused by a full disk)
-is counted though not put back. A deferred publish whose time has not come is deferred until then. An ephemeral
-channel takes what its memory queue has room for.
+Nothing is copied: the channel is handed a cursor over the retention files (rewind_cursor.py) that it reads once its
+queue is empty, as its consumers have room. The answer counts what it will put back from the files' counts (a file
+that straddles the moment is read from the mark before it, at most a few thousand records, unless history taken over
+left it out of order), less the pending IDs published since the moment: a pending message its topic never retained
+(published before retention was on, or refused by a full disk) is counted though not put back. A deferred publish
+whose time has not come is deferred until then. An ephemeral channel takes what its memory queue has room for.
 """
 
 from __future__ import annotations

@@ -57,9 +57,32 @@ class RewindPosition:
         return cls(since_ns, end_number, end_size, number, offset, remaining, until_ns)
 
 
-class RewindCursor:
+class Rewinding:
+    """What a channel still puts back from its topic's history: nothing (``NO_REWIND``, every channel's while no
+    rewind is under way), or what a ``RewindCursor`` reads; the channel never asks which."""
+
+    def __init__(self) -> None:
+        self.remaining = 0  # how many it expects to put back still: part of the channel's depth
+        self.ended: Callable[[], None] = _nothing  # told once it is done or dropped (nsqd.dat then forgets it)
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    @property
+    def position(self) -> RewindPosition | None:
+        """What nsqd.dat keeps of it; None: nothing."""
+        return None
+
+    def put_back(self, channel: Channel, count: int) -> Rewinding:
+        """Up to ``count`` messages into ``channel``'s queue; what the channel has next (``NO_REWIND`` once done)."""
+        return self
+
+
+class RewindCursor(Rewinding):
     def __init__(self, retained: RetainedTopic, position: RewindPosition, skip: set[bytes],
                  limit: int | None = None) -> None:
+        super().__init__()
         self.retained = retained
         self.skip = skip
         self.since_ns = position.since_ns
@@ -68,7 +91,6 @@ class RewindCursor:
         self.offset = position.offset
         self.remaining = position.remaining
         self.until_ns = position.until_ns
-        self.ended: Callable[[], None] = _nothing  # told once it is done or dropped (nsqd.dat then forgets it)
         self._limit = limit  # an ephemeral channel's: at most this many more
         self._ahead: list[bytes] = []  # records read from the position on (without their sizes); _at: the next
         self._at = 0
@@ -120,12 +142,12 @@ class RewindCursor:
         self.remaining = 0 if number > end.number else max(0, self.remaining - len(queued) - len(deferred))
         return queued, deferred
 
-    def merged(self, earlier: RewindCursor | None) -> RewindCursor:
+    def merged(self, earlier: Rewinding) -> RewindCursor:
         """This rewind, asked while ``earlier`` was still under way: one cursor from the earlier of their positions and
         moments to this one's end, so that neither leaves anything out; what this one's scan found pending is skipped.
         Where this one starts before where the earlier one was, messages between the two that only the earlier one
         asked for, and had put back already, come again (at least once)."""
-        if earlier is None or earlier.done or earlier.retained is not self.retained:
+        if earlier.done or not isinstance(earlier, RewindCursor) or earlier.retained is not self.retained:
             return self
         number, offset = min((self.number, self.offset), (earlier.number, earlier.offset))
         position = RewindPosition(min(self.since_ns, earlier.since_ns), self.end.number, self.end.size, number,
@@ -136,33 +158,37 @@ class RewindCursor:
         return merged
 
 
-def put_back(channel: Channel, cursor: RewindCursor, count: int) -> RewindCursor | None:
-    """Up to ``count`` messages ``cursor`` reads, into ``channel``'s queue (its delivery hands them out), or deferred
-    until due; the channel's recorder is told, and not waited for. The cursor, or None once it is done."""
-    try:
-        queued, deferred = cursor.take(count)
-    except OSError as error:  # a file that cannot be read: the rewind ends there, the publish in hand goes on
-        log.error("rewinding %s/%s: failed to read the retention files - %s", channel.topic_name, channel.name, error)
-        cursor.ended()
-        return None
-    if deferred:
-        now, now_ns = time.monotonic(), time.time_ns()
-        for entry, due_ns in deferred:
-            delay_ns = max(0, due_ns - now_ns)
-            channel.put_deferred(entry, delay_ns / 1e9, now)
-            _settle(channel.recorder.added([entry], delay_ns // 1_000_000), channel)
-    if queued:
-        channel.message_count += len(queued)
-        channel.queue.put(queued)
-        _settle(channel.recorder.added(queued, 0), channel)
-    if not cursor.done:
-        return cursor
-    cursor.ended()
-    return None
+    def put_back(self, channel: Channel, count: int) -> Rewinding:
+        """Up to ``count`` messages read, into ``channel``'s queue (its delivery hands them out), or deferred until
+        due; the channel's recorder is told, and not waited for."""
+        try:
+            queued, deferred = self.take(count)
+        except OSError as error:  # a file that cannot be read: the rewind ends there, the publish in hand goes on
+            log.error("rewinding %s/%s: failed to read the retention files - %s", channel.topic_name, channel.name,
+                      error)
+            self.ended()
+            return NO_REWIND
+        if deferred:
+            now, now_ns = time.monotonic(), time.time_ns()
+            for entry, due_ns in deferred:
+                delay_ns = max(0, due_ns - now_ns)
+                channel.put_deferred(entry, delay_ns / 1e9, now)
+                _settle(channel.recorder.added([entry], delay_ns // 1_000_000), channel)
+        if queued:
+            channel.message_count += len(queued)
+            channel.queue.put(queued)
+            _settle(channel.recorder.added(queued, 0), channel)
+        if not self.done:
+            return self
+        self.ended()
+        return NO_REWIND
 
 
 def _nothing() -> None:
     pass
+
+
+NO_REWIND = Rewinding()
 
 
 def _settle(wait: Awaitable[None] | None, channel: Channel) -> None:

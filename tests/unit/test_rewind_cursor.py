@@ -9,18 +9,22 @@ from pathlib import Path
 from services.nsqd.options import Options
 from services.nsqd.retention import RetainedTopic, Retention
 from services.nsqd.retention_log import RetentionLog
-from services.nsqd.rewind_cursor import RewindCursor, RewindPosition
+from services.nsqd.rewind_cursor import NO_REWIND, RewindCursor, RewindPosition
 
 
 def entries(first: int, count: int, timestamp: int) -> list[tuple[bytes, bytes, int, int]]:
     return [(b"%016d" % number, b"body %d" % number, timestamp + number, 0) for number in range(first, first + count)]
 
 
+def empty_retained_topic(tmp_path: Path, max_bytes_per_file: int = 100 << 20) -> RetainedTopic:
+    retention = Retention(tmp_path, Options(retention_time=3600, max_bytes_per_file=max_bytes_per_file))
+    retention.topic("t")
+    return retention.topics["t"]
+
+
 def retained_topic(tmp_path: Path, now: int, files: int = 3, per_file: int = 10) -> RetainedTopic:
     """``files`` files of ``per_file`` messages each, numbered from 0, published a nanosecond apart from ``now``."""
-    retention = Retention(tmp_path, Options(retention_time=3600, max_bytes_per_file=100))
-    retention.topic("t")
-    retained = retention.topics["t"]
+    retained = empty_retained_topic(tmp_path, max_bytes_per_file=100)
     for file in range(files):
         retained.published(False, 0, entries(file * per_file, per_file, now))
     return retained
@@ -105,7 +109,7 @@ def test_a_rewind_asked_while_another_is_under_way_goes_on_from_the_earlier_of_t
     later = cursor_from(retained, now + 25, skip=set(ids([26])))
     merged = later.merged(earlier)
     assert take_all(merged) == ids([n for n in range(12, 30) if n != 26])
-    assert later.merged(None) is later
+    assert later.merged(NO_REWIND) is later
     retained.log.close()
 
 
@@ -115,9 +119,7 @@ def test_a_position_is_kept_as_a_list_of_numbers() -> None:
 
 
 def test_the_count_of_a_file_larger_than_its_read_chunk_skips_bodies_across_chunks(tmp_path: Path) -> None:
-    retention = Retention(tmp_path, Options(retention_time=3600))
-    retention.topic("t")
-    retained = retention.topics["t"]
+    retained = empty_retained_topic(tmp_path)
     now = time.time_ns()
     for number in range(40):  # 100 KB bodies: a 4 MB file, records straddling its 1 MB read chunks
         retained.published(False, 0, [(b"%016d" % number, b"x" * (100_000 + number), now + number, 0)])
@@ -139,9 +141,7 @@ def test_a_cursor_that_took_its_last_message_is_done_at_once(tmp_path: Path) -> 
 
 
 def test_a_moment_in_a_file_written_in_order_is_found_from_its_marks(tmp_path: Path) -> None:
-    retention = Retention(tmp_path, Options(retention_time=3600))
-    retention.topic("t")
-    retained = retention.topics["t"]
+    retained = empty_retained_topic(tmp_path)
     now = time.time_ns()
     for publish in range(100):  # 100 MPUBs of 100, each its own timestamp
         retained.published(False, 0, [(b"%016d" % (publish * 100 + n), b"body", now + publish, 0) for n in range(100)])
@@ -172,9 +172,7 @@ def test_what_was_published_after_the_rewind_was_asked_is_left_out(tmp_path: Pat
 
 
 def test_history_in_no_order_written_to_an_empty_file_is_counted_exactly(tmp_path: Path) -> None:
-    retention = Retention(tmp_path, Options(retention_time=3600))
-    retention.topic("t")
-    retained = retention.topics["t"]
+    retained = empty_retained_topic(tmp_path)
     now = time.time_ns()
     retained.take_history([((b"%016d" % n, b"old", now + stamp, 0), 0) for n, stamp in enumerate((5, 1, 3))])
     assert retained.log.counter(now + 2, retained.log.end())() == 2
