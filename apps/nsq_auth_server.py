@@ -5,6 +5,11 @@ values as a JSON object of one-element lists, as ``--auth-http-request-method=po
 gets NSQ's reply, ``{"ttl", "identity", "identity_url", "authorizations"}``, anything else a 403
 ``{"message":"NOT_AUTHORIZED"}``, which nsqd turns into ``E_AUTH_FAILED``. ``GET /ping`` answers ``OK``.
 
+The ``admin`` permission (what changes the cluster over nsqd's and lookupd's HTTP APIs under
+``--http-auth-required``) is granted only to a question that carries ``interface=http``, which those APIs send and
+a TCP AUTH never does: NSQ's Go nsqd refuses a reply naming a permission it does not know, so for a TCP AUTH it is
+left out of each authorization (one left with no permission is dropped).
+
 The rules file::
 
     {
@@ -26,8 +31,9 @@ The rules file::
 - ``ttl``: seconds nsqd may keep an answer before asking again (> 0; default 3600); a secret may set its own.
 - ``secrets``: each key is a secret clients send with AUTH. ``identity`` and ``identity_url`` are shown in nsqd's
   stats and nsqadmin; ``authorizations`` are what NSQ expects: ``topic`` and ``channels`` are regexes, matched
-  unanchored (``^...$`` to match a whole name); ``permissions`` are ``subscribe`` and/or ``publish``. A publish
-  is checked with the channel ``""``, so a publishing authorization needs a channel regex matching it (``.*``).
+  unanchored (``^...$`` to match a whole name); ``permissions`` are ``subscribe``, ``publish`` and ``admin``. A
+  publish is checked with the channel ``""``, so a publishing authorization needs a channel regex matching it
+  (``.*``); so is an action on a topic, and one on the whole node (``PUT /config``) with the topic ``""`` too.
 - ``remote_ips`` (optional): the addresses or networks the secret may be used from (the client's IP as nsqd
   reports it); ``tls_required`` (optional): the secret is refused on connections without TLS.
 
@@ -47,7 +53,7 @@ from typing import Any
 
 from aiohttp import web
 
-from shared.auth_reply import AuthError, parse_auth_reply
+from shared.auth_reply import HTTP_PERMISSIONS, AuthError, parse_auth_reply
 from shared.flags import FlagError, option
 from shared.http_api import HTTPError, error_response, json_response, nsq_errors, parse_bool, text_response
 from shared.listeners import listen_http
@@ -61,10 +67,10 @@ _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 _TOP_KEYS = {"ttl", "secrets"}
 _SECRET_KEYS = {"identity", "identity_url", "authorizations", "ttl", "remote_ips", "tls_required"}
 _AUTHORIZATION_KEYS = {"topic", "channels", "permissions"}
-_QUERY_KEYS = ("common_name", "remote_ip", "secret", "tls")
+_QUERY_KEYS = ("common_name", "interface", "remote_ip", "secret", "tls")
 _RULES_HELP = ('JSON rules file (required): {"ttl": 3600, "secrets": {"<secret>": {"identity": "...", '
                '"identity_url": "...", "authorizations": [{"topic": "<regex>", "channels": ["<regex>"], '
-               '"permissions": ["subscribe", "publish"]}], "remote_ips": ["<ip or network>"] (optional), '
+               '"permissions": ["subscribe", "publish", "admin"]}], "remote_ips": ["<ip or network>"] (optional), '
                '"tls_required": true (optional), "ttl": N (optional)}}}; re-read when it changes')
 
 
@@ -83,12 +89,14 @@ class Grant:
 
 @dataclass(frozen=True)
 class AuthRequest:
-    """One query, as nsqd sends it (``common_name`` is the TLS client certificate's, or empty)."""
+    """One query, as nsqd sends it (``common_name`` is the TLS client certificate's, or empty; ``interface``
+    ``http`` for the HTTP APIs, empty for a TCP AUTH)."""
 
     secret: str
     remote_ip: str
     tls: bool
     common_name: str = ""
+    interface: str = ""
 
 
 class Denied(Exception):
@@ -126,7 +134,8 @@ def _grant(rule: Any, default_ttl: int, where: str) -> Grant:
              "identity_url": _string(rule.get("identity_url", ""), f"{where}: identity_url"),
              "authorizations": _authorizations(rule.get("authorizations", []), where)}
     try:
-        parse_auth_reply(json.dumps(reply), now=0)  # what nsqd would refuse (bad regex or permission) is refused now
+        # what nsqd would refuse (bad regex or permission) is refused now
+        parse_auth_reply(json.dumps(reply), now=0, permissions=HTTP_PERMISSIONS)
     except AuthError as error:
         raise RulesError(f"{where}: {error}") from error
     tls_required = rule.get("tls_required", False)
@@ -190,7 +199,19 @@ def authorize(grants: dict[str, Grant], request: AuthRequest) -> dict[str, Any]:
         raise Denied(f"identity {grant.reply['identity']!r} requires TLS")
     if grant.remote_networks is not None and not _address_in(request.remote_ip, grant.remote_networks):
         raise Denied(f"identity {grant.reply['identity']!r} is not allowed from this remote_ip")
-    return grant.reply
+    if request.interface == "http":
+        return grant.reply
+    return {**grant.reply, "authorizations": _without_admin(grant.reply["authorizations"])}
+
+
+def _without_admin(authorizations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a TCP AUTH is granted: NSQ's Go nsqd refuses a reply with a permission it does not know."""
+    kept = []
+    for authorization in authorizations:
+        permissions = [permission for permission in authorization["permissions"] if permission != "admin"]
+        if permissions:
+            kept.append({**authorization, "permissions": permissions})
+    return kept
 
 
 def _address_in(remote_ip: str, networks: tuple[_Network, ...]) -> bool:
@@ -260,7 +281,8 @@ def _first(value: Any) -> str:
 
 def _answer(request: web.Request, values: dict[str, str]) -> web.Response:
     query = AuthRequest(secret=values["secret"], remote_ip=values["remote_ip"],
-                        tls=parse_bool(values["tls"]) is True, common_name=values["common_name"])
+                        tls=parse_bool(values["tls"]) is True, common_name=values["common_name"],
+                        interface=values["interface"])
     try:
         reply = authorize(request.app[RULES_KEY].grants(), query)
     except Denied as denied:

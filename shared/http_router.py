@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from http import HTTPStatus
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import parse_qsl, unquote
 
 from shared.http_conventions import (
@@ -21,6 +21,10 @@ from shared.http_conventions import (
     redirect_body,
     redirect_status,
 )
+
+if TYPE_CHECKING:
+    from shared.auth_reply import AuthState
+    from shared.http_auth import Need
 
 NSQ_V1 = (("X-Nsq-Content-Type", "nsq; version=1.0"),)
 
@@ -67,7 +71,7 @@ class Request:
     """A complete request. ``body`` is None when it passed its route's limit (and was not read)."""
 
     __slots__ = ("method", "path", "raw_query", "headers", "body", "content_length", "from_browser", "host",
-                 "keep_alive", "route", "route_params", "_query")
+                 "authorization", "identity", "keep_alive", "route", "route_params", "_query")
 
     def __init__(self, method: str, url: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         self.method = method
@@ -81,6 +85,9 @@ class Request:
         # it carries Sec-Fetch-Site or Origin: a browser sent it, maybe for another site's page
         self.from_browser = False
         self.host = b""  # its Host header
+        self.authorization = b""  # its Authorization header
+        # what the auth server granted its secret, with --http-auth-required (http_auth.py)
+        self.identity: AuthState | None = None
         # False for the last request a connection answers
         self.keep_alive = True
         self.route: Route | None = None
@@ -118,6 +125,8 @@ class Route(NamedTuple):
     body_limit: Callable[[], int] | None
     # as registered (``/config/:opt``)
     path: str
+    # what a request's identity needs, with --http-auth-required
+    need: Need
 
 
 class Router:
@@ -127,12 +136,21 @@ class Router:
         self._exact: dict[str, dict[str, Route]] = {}
         self._prefixed: dict[str, tuple[str, dict[str, Route]]] = {}
 
-    def add(self, method: str, path: str, handler: Handler, body_limit: Callable[[], int] | None = None) -> None:
+    def add(self, method: str, path: str, handler: Handler, need: Need,
+            body_limit: Callable[[], int] | None = None) -> None:
+        route = Route(handler, body_limit, path, need)
         prefix, colon, name = path.rpartition("/:")
         if colon:
-            self._prefixed.setdefault(prefix + "/", (name, {}))[1][method] = Route(handler, body_limit, path)
+            self._prefixed.setdefault(prefix + "/", (name, {}))[1][method] = route
         else:
-            self._exact.setdefault(path, {})[method] = Route(handler, body_limit, path)
+            self._exact.setdefault(path, {})[method] = route
+
+    def routes(self) -> list[tuple[str, str, Need]]:
+        """Every route as (method, path, need), sorted: what the README's table of routes lists."""
+        found = [(method, path, route.need) for path, routes in self._exact.items() for method, route in routes.items()]
+        found += [(method, route.path, route.need) for _, routes in self._prefixed.values()
+                  for method, route in routes.items()]
+        return sorted(found)
 
     def methods(self, path: str) -> tuple[dict[str, Route], dict[str, str]]:
         """The routes registered for ``path`` by method, and the path's parameters."""

@@ -22,7 +22,9 @@ work itself. What it does:
   (``shared.cross_site`` decides; lookupd, which may sit behind a proxy, also counts ``X-Forwarded-Host`` among its
   own names), and answers to GET forbid framing. The headers that say so are noted in the one
   pass over the headers that reads ``Content-Length``, which keeps the check's cost on ``POST /pub`` from any other
-  client to a comparison or two.
+  client to a comparison or two;
+- with the service's ``auth`` (``--http-auth-required``), each routed request answers to the auth server after those
+  checks and before its handler (``shared.http_auth``); the ``Authorization`` header is noted in the same pass.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from shared.allowed_hosts import HOST_REFUSED_CODE, host_allowed, refusal_text
 from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS, cross_site_source, forwarded_hosts
 from shared.http_conventions import HTTPError
 
+from .auth_reply import certificate_common_name
+from .http_auth import HTTPAuth, Peer
 from .http_router import Request, Response, Router, error_response
 
 MAX_HEADER_BYTES = 1 << 20
@@ -60,7 +64,8 @@ class HTTPService:
     def __init__(self, router: Router, log: logging.Logger,
                  guard: Callable[[Request], Response | None] | None = None, allow_cross_site: bool = False,
                  observe: Callable[[Request, Response], None] | None = None,
-                 trust_forwarded_host: bool = False, allowed_hosts: frozenset[str] | None = None) -> None:
+                 trust_forwarded_host: bool = False, allowed_hosts: frozenset[str] | None = None,
+                 auth: HTTPAuth | None = None) -> None:
         self.router = router
         self.log = log
         # answers every request itself when it returns a response (--tls-required on plain HTTP)
@@ -73,6 +78,8 @@ class HTTPService:
         self.trust_forwarded_host = trust_forwarded_host
         # the names a request's Host may give (allowed_hosts.py); None: any
         self.allowed_hosts = allowed_hosts
+        # asks the auth server about each request's secret (--http-auth-required); None: NSQ's open API
+        self.auth = auth
         self.connections: set[HTTPConnection] = set()
 
     def __call__(self) -> HTTPConnection:
@@ -96,6 +103,8 @@ class HTTPConnection(asyncio.Protocol):
         self._allowed_hosts = service.allowed_hosts
         self._host_checked = b""  # the last Host found allowed: a keep-alive connection sends the same one
         self._observe = service.observe
+        self._auth = service.auth
+        self._peer: Peer | None = None  # what the auth server is told of this connection
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._closing = False
@@ -223,6 +232,9 @@ class HTTPConnection(asyncio.Protocol):
             elif len(name) == 4:
                 if name.lower() == b"host":
                     request.host = value
+            elif len(name) == 13:  # authorization, cache-control
+                if name.lower() == b"authorization":
+                    request.authorization = value
             elif len(name) == 6:  # expect, origin
                 lowered = name.lower()
                 if lowered == b"expect":
@@ -289,12 +301,30 @@ class HTTPConnection(asyncio.Protocol):
                 refused = _refuse_cross_site(request, self._log, self._service.trust_forwarded_host)
                 if refused is not None:
                     return refused
+            if self._auth is not None and request.route is not None:
+                admitted = self._auth.admit(request, self._peer or self._peer_of_connection())
+                if admitted is not None:
+                    return admitted if isinstance(admitted, Response) else self._resolve_once(request, admitted)
             return self._router.resolve(request)
         except HTTPError as error:
             return error_response(error.status, error.code, error.extra)
         except Exception:
             self._log.exception("panic in HTTP handler - %s %s", request.method, request.path)
             return error_response(500, "INTERNAL_ERROR")
+
+    async def _resolve_once(self, request: Request, admitted: Awaitable[Response | None]) -> Response:
+        refused = await admitted
+        if refused is not None:
+            return refused
+        result = self._router.resolve(request)
+        return result if isinstance(result, Response) else await result
+
+    def _peer_of_connection(self) -> Peer:
+        assert self._transport is not None
+        peer = self._transport.get_extra_info("peername")
+        tls = self._transport.get_extra_info("ssl_object")
+        self._peer = Peer(peer[0] if isinstance(peer, tuple) else "", tls is not None, certificate_common_name(tls))
+        return self._peer
 
     async def _answer_later(self, request: Request, pending: Awaitable[Response]) -> None:
         try:

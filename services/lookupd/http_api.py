@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nsqclient.protocol.names import is_valid_channel_name, is_valid_topic_name
+from shared.http_auth import ACCEPTED, ADMIN_CHANNEL, ADMIN_TOPIC, OPEN
 from shared.http_conventions import COMPACT_JSON, HTTPError
 from shared.http_router import NSQ_V1, Request, Response, Router, json_document, json_response
 
@@ -31,14 +32,17 @@ def build_router(lookupd: NSQLookupd, external: bool = False) -> Router:
     """The routes of one listener; ``external``: it serves clients outside the nsqds' network
     (``--external-http-address``), who are given the nsqds' external addresses."""
     api, router = _API(lookupd, external), Router()
-    for path, handler in (("/ping", api.ping), ("/info", api.info), ("/lookup", api.lookup),
-                          ("/topics", api.topics), ("/channels", api.channels), ("/nodes", api.nodes),
+    for path, handler in (("/ping", api.ping), ("/info", api.info), ("/lookup", api.lookup)):
+        router.add("GET", path, handler, OPEN)  # health checks, and what every NSQ client asks
+    for path, handler in (("/topics", api.topics), ("/channels", api.channels), ("/nodes", api.nodes),
                           ("/debug", api.debug), ("/metrics", api.metrics)):
-        router.add("GET", path, handler)
-    for path, handler in (("/topic/create", api.topic_create), ("/topic/delete", api.topic_delete),
-                          ("/topic/tombstone", api.topic_tombstone), ("/channel/create", api.channel_create),
-                          ("/channel/delete", api.channel_delete)):
-        router.add("POST", path, handler)
+        router.add("GET", path, handler, ACCEPTED)
+    for path, handler, need in (("/topic/create", api.topic_create, ADMIN_TOPIC),
+                                ("/topic/delete", api.topic_delete, ADMIN_TOPIC),
+                                ("/topic/tombstone", api.topic_tombstone, ADMIN_TOPIC),
+                                ("/channel/create", api.channel_create, ADMIN_CHANNEL),
+                                ("/channel/delete", api.channel_delete, ADMIN_CHANNEL)):
+        router.add("POST", path, handler, need)
     return router
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import Iterator
+import ssl
+from typing import TYPE_CHECKING, Iterator
 
 from nsqclient.version import VERSION
 from shared.allowed_hosts import allowed_names
+from shared.http_auth import HTTPAuth
 from shared.http_server import HTTPService
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
@@ -20,6 +22,9 @@ from .http_api import build_router, count_request
 from .options import Options
 from .protocol_v1 import ConnectionV1
 from .registration_db import Registration, RegistrationDB
+
+if TYPE_CHECKING:
+    from shared.auth_client import AuthClient
 
 log = logging.getLogger("nsqlookupd")
 
@@ -44,8 +49,13 @@ class NSQLookupd:
         self.tcp_address: tuple[str, int] = ("", 0)
         self.http_address: tuple[str, int] = ("", 0)
         self.external_http_address: tuple[str, int] = ("", 0)
+        self.https_address: tuple[str, int] = ("", 0)
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http_servers: list[tuple[asyncio.AbstractServer, HTTPService]] = []
+        self.auth_client = _auth_client(opts) if opts.auth_http_addresses else None
+        # one gate for every HTTP listener: they share the auth server's answers
+        self._http_auth = HTTPAuth(self.auth_client, "nsqlookupd", log) \
+            if opts.http_auth_required and self.auth_client is not None else None
 
     async def start(self) -> None:
         try:
@@ -57,18 +67,23 @@ class NSQLookupd:
     async def _start(self) -> None:
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address, lambda: ConnectionV1(self), log)
         self.http_address = await self._listen_http(self.opts.http_address, "HTTP", external=False)
+        if self.opts.https_address:
+            self.https_address = await self._listen_http(self.opts.https_address, "HTTPS", external=False,
+                                                         tls=self.tls_context)
         if self.opts.external_http_address:
             self.external_http_address = await self._listen_http(self.opts.external_http_address, "HTTP (external)",
                                                                  external=True)
 
-    async def _listen_http(self, address: str, label: str, external: bool) -> tuple[str, int]:
+    async def _listen_http(self, address: str, label: str, external: bool,
+                           tls: ssl.SSLContext | None = None) -> tuple[str, int]:
         # lookupd may sit behind a proxy: the names it puts in X-Forwarded-Host are lookupd's own
         service = HTTPService(build_router(self, external), log, allow_cross_site=self.opts.http_allow_cross_site,
                               observe=lambda request, response: count_request(self, request, response),
                               trust_forwarded_host=True, allowed_hosts=allowed_names(
                                   self.opts.http_allowed_host, socket.gethostname(), self.opts.broadcast_address,
-                                  self.opts.http_address, self.opts.external_http_address))
-        server, bound = await listen_tcp(address, service, log, label=label)
+                                  self.opts.http_address, self.opts.https_address,
+                                  self.opts.external_http_address), auth=self._http_auth)
+        server, bound = await listen_tcp(address, service, log, tls, label)
         self._http_servers.append((server, service))
         return bound
 
@@ -82,6 +97,18 @@ class NSQLookupd:
         self._http_servers.clear()
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
+        if self.auth_client is not None:
+            await self.auth_client.close()
+
+
+def _auth_client(opts: Options) -> AuthClient:
+    from shared.auth_client import AuthClient  # aiohttp's client, only for a lookupd that has auth servers
+
+    return AuthClient(opts.auth_http_addresses, opts.auth_http_request_method,
+                      connect_timeout=opts.http_client_connect_timeout,
+                      request_timeout=opts.http_client_request_timeout,
+                      ssl_context=ssl.create_default_context(cafile=opts.tls_root_ca_file)
+                      if opts.tls_root_ca_file else None)
 
 
 class LookupdCollector:

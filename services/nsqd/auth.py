@@ -10,13 +10,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from shared import go_json
-from shared.auth_reply import AuthError, AuthState
+from shared.auth_reply import AuthError, AuthState, certificate_common_name
 from shared.protocol.errors import FatalClientError
 
 if TYPE_CHECKING:
-    import ssl
+    from shared.auth_client import AuthClient
 
-    from .auth_client import AuthClient
     from .client import Client
 
 log = logging.getLogger("nsqd")
@@ -27,20 +26,13 @@ async def query(auth_client: AuthClient, client: Client, secret: str) -> AuthSta
     the grant expires). E_AUTH_FAILED when no server answers validly."""
     try:
         state = await auth_client.query(client.remote_address.rsplit(":", 1)[0].strip("[]"), client.tls is not None,
-                                        secret, _common_name(client.tls))
+                                        secret, certificate_common_name(client.tls))
     except AuthError as error:
         # the reason may hold what the auth server said: logged, never sent to the client
         log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client, error)
         raise FatalClientError("E_AUTH_FAILED", "AUTH failed") from None
     client.authenticated(state, secret)
     return state
-
-
-def _common_name(tls: ssl.SSLObject | None) -> str:
-    """The CN of a verified client certificate, which nsqd passes to the auth server."""
-    certificate = tls.getpeercert() if tls is not None else None
-    subject: tuple[tuple[tuple[str, str], ...], ...] = (certificate or {}).get("subject", ())  # type: ignore[assignment]
-    return next((value for entry in subject for key, value in entry if key == "commonName"), "")
 
 
 def auth_response(state: AuthState) -> bytes:

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from shared.auth_reply import AuthState
     from shared.protocol.errors import ProtocolError
 
-    from .auth_client import AuthClient
+    from shared.auth_client import AuthClient
     from .channel import Channel
     from .client import Client
     from .listener_context import Broker

@@ -20,6 +20,16 @@ from typing import TYPE_CHECKING
 from nsqclient.protocol.names import is_valid_channel_name, is_valid_topic_name
 from nsqclient.version import VERSION
 from shared.flags import parse_duration
+from shared.http_auth import (
+    ACCEPTED,
+    ADMIN_CHANNEL,
+    ADMIN_NODE,
+    ADMIN_TOPIC,
+    OPEN,
+    PUBLISH,
+    SUBSCRIBE,
+    SUBSCRIBE_TOPIC,
+)
 from shared.http_conventions import COMPACT_JSON, HTTPError, parse_bool
 from shared.http_router import NSQ_V1, Request, Response, Router, json_document, json_response
 from shared.protocol.commands import split_mpub
@@ -42,24 +52,29 @@ PEEK_MAX = 100
 
 
 def build_router(nsqd: NSQD) -> Router:
+    """The routes, each with what it needs of a request's identity under ``--http-auth-required`` (the README's
+    table of routes says the same)."""
     api, opts, router = _API(nsqd), nsqd.opts, Router()
-    for path, handler in (("/ping", api.ping), ("/info", api.info), ("/stats", api.stats),
-                          ("/metrics", api.metrics), ("/config/:opt", api.config)):
-        router.add("GET", path, handler)
-    router.add("POST", "/pub", api.pub, lambda: opts.max_msg_size)
-    router.add("POST", "/mpub", api.mpub, lambda: opts.max_body_size)
+    router.add("GET", "/ping", api.ping, OPEN)
+    router.add("GET", "/info", api.info, OPEN)
+    router.add("GET", "/stats", api.stats, ACCEPTED)  # what the identity may see of it
+    router.add("GET", "/metrics", api.metrics, ACCEPTED)
+    router.add("GET", "/config/:opt", api.config, ACCEPTED)
+    router.add("POST", "/pub", api.pub, PUBLISH, lambda: opts.max_msg_size)
+    router.add("POST", "/mpub", api.mpub, PUBLISH, lambda: opts.max_body_size)
     for action in ("create", "delete", "empty", "pause", "unpause"):
-        router.add("POST", f"/topic/{action}", getattr(api, f"topic_{action}"))
-        router.add("POST", f"/channel/{action}", getattr(api, f"channel_{action}"))
-    router.add("POST", "/topic/ttl", api.topic_ttl)
-    router.add("POST", "/topic/retention", api.topic_retention)
-    router.add("POST", "/channel/rewind", api.channel_rewind)
-    router.add("POST", "/channel/dead_letter", api.channel_dead_letter)
-    router.add("POST", "/channel/replay", api.channel_replay)
-    router.add("GET", "/topic/peek", api.topic_peek)
-    router.add("GET", "/channel/peek", api.channel_peek)
-    router.add("PUT", "/config/:opt", api.config, lambda: opts.max_msg_size)
-    router.add("POST", "/debug/freememory", api.free_memory)
+        router.add("POST", f"/topic/{action}", getattr(api, f"topic_{action}"), ADMIN_TOPIC)
+        router.add("POST", f"/channel/{action}", getattr(api, f"channel_{action}"),
+                   SUBSCRIBE if action == "create" else ADMIN_CHANNEL)  # as a SUB creates it
+    router.add("POST", "/topic/ttl", api.topic_ttl, ADMIN_TOPIC)
+    router.add("POST", "/topic/retention", api.topic_retention, ADMIN_TOPIC)
+    router.add("POST", "/channel/rewind", api.channel_rewind, SUBSCRIBE)
+    router.add("POST", "/channel/dead_letter", api.channel_dead_letter, ADMIN_CHANNEL)
+    router.add("POST", "/channel/replay", api.channel_replay, ADMIN_CHANNEL)
+    router.add("GET", "/topic/peek", api.topic_peek, SUBSCRIBE_TOPIC)
+    router.add("GET", "/channel/peek", api.channel_peek, SUBSCRIBE)
+    router.add("PUT", "/config/:opt", api.config, ADMIN_NODE, lambda: opts.max_msg_size)
+    router.add("POST", "/debug/freememory", api.free_memory, ADMIN_NODE)
     return router
 
 
@@ -174,6 +189,8 @@ class _API:
         include_mem = parse_bool(query.get("include_mem"))
         document = stats.collect(self.nsqd, query.get("topic") or None, query.get("channel") or None,
                                  include_clients is not False, include_mem is not False)
+        if request.identity is not None:
+            stats.narrow_to(document, request.identity)
         if query.get("format") == "json":
             return json_document(document)
         return Response(stats.render_text(self.nsqd, document).encode(), headers=NSQ_V1)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from shared.protocol.session_v2 import Limits
 
 if TYPE_CHECKING:  # the auth client brings aiohttp, imported only once a configuration asks for it
-    from .auth_client import AuthClient
+    from shared.auth_client import AuthClient
     from .busy_poll import BusyPoll
     from .client import ClientDefaults, EndOfTurnFlush
     from .options import Options

@@ -19,16 +19,14 @@ from nsqclient.addresses import is_unix_socket, join_host_port
 from nsqclient.protocol.names import is_ephemeral, is_valid_channel_name
 from nsqclient.version import VERSION
 from shared.addresses import remove_unix_socket
-from shared.allowed_hosts import allowed_names
 from shared.http_server import HTTPService
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
 
-from . import atomic_file, identify, metadata, tls
+from . import atomic_file, http_listeners, identify, metadata, tls
 from .busy_poll import BusyPoll
 from .channel import Channel
 from .client import Client, EndOfTurnFlush
-from .http_api import build_router, tls_required
 from .lookup_peer import LookupPeer, channels_in_cluster, registrations
 from .metadata import DataPathLock
 from .options import Options
@@ -43,7 +41,7 @@ from .topic import Topic
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from .auth_client import AuthClient
+    from shared.auth_client import AuthClient
     from .metrics import NSQDCollector
     from .node_id_check import NodeIdCheck
     from .recorder import Recording
@@ -122,20 +120,7 @@ class NSQD:
         context = self._tcp_context
         self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address,
                                                               lambda: ConnectionV2(self, context), log, unix=True)
-        router, allow_cross_site, hosts = build_router(self), self.opts.http_allow_cross_site, self._allowed_hosts()
-        if self.tls_context is not None and self.opts.https_address:
-            service = HTTPService(router, log, allow_cross_site=allow_cross_site, allowed_hosts=hosts)
-            server, self.https_address = await listen_tcp(self.opts.https_address, service, log, self.tls_context,
-                                                          "HTTPS")
-            self._http_servers.append((server, service))
-        if self.opts.http_address:
-            # --tls-required=true: plain HTTP only says where HTTPS is
-            service = HTTPService(router, log, (lambda request: tls_required(self))
-                                  if self.opts.tls_required == "true" else None, allow_cross_site,
-                                  allowed_hosts=hosts)
-            server, self.http_address = await listen_tcp(self.opts.http_address, service, log, label="HTTP",
-                                                         unix=True)
-            self._http_servers.append((server, service))
+        self._http_servers = await http_listeners.listen(self)
         gc.callbacks.append(self.gc_pauses)
         await self.set_lookupd_addresses(self.opts.nsqlookupd_tcp_addresses)
         if self.opts.etcd_addresses:
@@ -330,12 +315,6 @@ class NSQD:
                             external_http_port=opts.external_broadcast_http_port)
         return identity
 
-    def _allowed_hosts(self) -> frozenset[str]:
-        """The names an HTTP request's Host may give (allowed_hosts.py)."""
-        opts = self.opts
-        return allowed_names(opts.http_allowed_host, self.hostname, opts.broadcast_address,
-                             opts.external_broadcast_address, opts.http_address, opts.https_address)
-
     def _start_statsd(self) -> None:
         from .statsd import StatsdPusher, expand_prefix  # only with --statsd-address
 
@@ -439,7 +418,7 @@ class NSQD:
 
 
 def _auth_client(opts: Options) -> AuthClient:
-    from .auth_client import AuthClient  # aiohttp's client, only for an nsqd that has auth servers
+    from shared.auth_client import AuthClient  # aiohttp's client, only for an nsqd that has auth servers
 
     return AuthClient(opts.auth_http_addresses, opts.auth_http_request_method,
                       connect_timeout=opts.http_client_connect_timeout,

@@ -49,6 +49,9 @@ class Options(ProgramOptions):
         [], "<addr>:<port> or a full url to query auth server (may be given multiple times)",
         flag="auth-http-address")
     auth_http_request_method: str = option("get", "HTTP method to use for auth server requests (get or post)")
+    http_auth_required: bool = option(False, "the HTTP API asks the auth server about each request's secret "
+                                             "(Authorization: Bearer, or Basic's password), as TCP's AUTH; needs "
+                                             "--auth-http-address")
     http_client_connect_timeout: float = option(2.0, "timeout for HTTP connect", kind="duration")
     http_client_request_timeout: float = option(5.0, "timeout for HTTP request", kind="duration")
     topology_region: str = option("", "the region this nsqd is in")
@@ -158,6 +161,8 @@ class Options(ProgramOptions):
             raise FlagError(f"--node-id {self.node_id} must be >= 0 and < 1024")
         if not 1 <= self.max_deflate_level <= 9:
             raise FlagError("--max-deflate-level must be in [1,9]")
+        if self.http_auth_required and not self.auth_http_addresses:
+            raise FlagError("--http-auth-required needs --auth-http-address")
         if self.auth_http_request_method not in ("get", "post"):
             raise FlagError("--auth-http-request-method must be 'get' or 'post'")
         for quantile in self.e2e_processing_latency_percentiles:

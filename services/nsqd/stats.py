@@ -16,11 +16,14 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from shared.flags import format_duration
+from shared.http_auth import may_see
 from shared.version import VERSION, version_line
 
 from .latency_window import DISABLED, summarize
 
 if TYPE_CHECKING:
+    from shared.auth_reply import AuthState
+
     from .channel import Channel
     from .nsqd import NSQD
     from .options import Options
@@ -99,6 +102,22 @@ def collect(nsqd: NSQD, topic: str | None, channel: str | None, include_clients:
             document["producers"] = [_narrow_pub_counts(client.stats(), topic)
                                      for client in nsqd.producers(None)] or None
     return document
+
+
+def narrow_to(document: dict[str, Any], identity: AuthState) -> None:
+    """Under ``--http-auth-required``: only the topics ``identity``'s authorizations name, of their channels those
+    it may subscribe to or administer, and of the producers' counts those of the topics shown."""
+    if document["topics"] is not None:
+        document["topics"] = [topic for topic in document["topics"] if may_see(identity, topic["topic_name"])]
+        for topic in document["topics"]:
+            topic["channels"] = [channel for channel in topic["channels"]
+                                 if may_see(identity, topic["topic_name"], channel["channel_name"])]
+    producers = []
+    for producer in document["producers"] or []:
+        counts = [count for count in producer.get("pub_counts") or [] if may_see(identity, count["topic"])]
+        if counts:
+            producers.append({**producer, "pub_counts": counts})
+    document["producers"] = producers or None
 
 
 def _topics(nsqd: NSQD, topic: str | None, channel: str | None, include_clients: bool) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import pytest
 
 from apps.nsq_auth_server import AuthServer, Options
 from harness.processes import ROOT, NSQDProcess, start_auth_server, wait_for
-from services.nsqd.auth_client import AuthClient
+from shared.auth_client import AuthClient
 from shared.auth_reply import AuthError
 from shared.flags import FlagError
 
@@ -32,6 +32,9 @@ RULES: dict[str, Any] = {
         "local-only": {"identity": "ops", "authorizations": [], "remote_ips": ["127.0.0.1", "10.0.0.0/8"]},
         "tls-only": {"identity": "secure", "tls_required": True, "ttl": 60},
         "a b+c/d&e=f?ü": {"identity": "odd"},
+        "operator": {"identity": "ops", "authorizations": [
+            {"topic": ".*", "channels": [".*"], "permissions": ["admin"]},
+            {"topic": "^orders$", "channels": [".*"], "permissions": ["publish", "admin"]}]},
     },
 }
 BILLING_REPLY = {"ttl": 3600, **BILLING}
@@ -89,6 +92,21 @@ def test_ping_and_the_log(server: NSQDProcess) -> None:
     assert not any("s3cret-not" in line for line in server.log_lines)  # secrets stay out of the log
 
 
+def test_admin_is_granted_only_to_a_question_about_the_http_apis(server: NSQDProcess) -> None:
+    """NSQ's Go nsqd refuses a reply naming a permission it does not know: a TCP AUTH never sees ``admin``."""
+    operator = RULES["secrets"]["operator"]
+    query = "common_name=&interface=http&remote_ip=127.0.0.1&secret=operator&tls=false"
+    status, body = server.http("GET", f"/auth?{query}")[::2]
+    assert (status, json.loads(body)["authorizations"]) == (200, operator["authorizations"])
+    values = {"common_name": [""], "interface": ["http"], "remote_ip": ["127.0.0.1"], "secret": ["operator"],
+              "tls": ["false"]}
+    posted = server.http("POST", "/auth", json.dumps(values).encode(), {"Content-Type": "application/json"})
+    assert json.loads(posted[2])["authorizations"] == operator["authorizations"]
+    for ask in (get, post):
+        assert ask(server, "operator")[1]["authorizations"] == [
+            {"topic": "^orders$", "channels": [".*"], "permissions": ["publish"]}]
+
+
 def test_remote_ip_and_tls_restrictions(server: NSQDProcess) -> None:
     assert get(server, "local-only", "127.0.0.1")[0] == 200
     assert post(server, "local-only", "10.2.3.4")[0] == 200
@@ -136,8 +154,8 @@ def test_sigint_stops_it_cleanly(rules_file: Path) -> None:
     ({"secrets": []}, '"secrets" must be an object'),
     ({"secrets": {"s": {"identity": "a", "authorizations": [{"topic": "(", "channels": [], "permissions": []}]}}},
      "secrets entry 1 (identity 'a'): unable to compile topic \"(\""),
-    ({"secrets": {"s": {"authorizations": [{"topic": "t", "channels": [".*"], "permissions": ["admin"]}]}}},
-     "unknown permission admin"),
+    ({"secrets": {"s": {"authorizations": [{"topic": "t", "channels": [".*"], "permissions": ["root"]}]}}},
+     "unknown permission root"),
     ({"secrets": {"s": {"authorizations": [{"topic": "t", "permissions": []}]}}}, "authorization 1 needs channels"),
     ({"secrets": {"s": {"authorizations": [{"topic": "t", "channels": ".*", "permissions": []}]}}},
      "channels must be a list of strings"),
@@ -174,7 +192,7 @@ def test_a_bad_rules_file_exits_2_with_a_message(tmp_path: Path, rules: str | No
 def test_help_describes_the_rules_file() -> None:
     result = subprocess.run([*COMMAND, "-h"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0
-    assert "-rules" in result.stderr and '"permissions": ["subscribe", "publish"]' in result.stderr
+    assert "-rules" in result.stderr and '"permissions": ["subscribe", "publish", "admin"]' in result.stderr
 
 
 # --- nsqd's client against it -----------------------------------------------------------------------------------

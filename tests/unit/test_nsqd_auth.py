@@ -19,7 +19,7 @@ from aiohttp import web
 
 from harness.processes import free_port
 from services.nsqd.auth import auth_response
-from services.nsqd.auth_client import AuthClient, endpoint
+from shared.auth_client import AuthClient, endpoint
 from shared.auth_reply import AuthError, Authorization, AuthState, parse_auth_reply
 from tests.unit.http_hosts import serve_on_loopback
 

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from shared.http_auth import OPEN
 from shared.http_router import NSQ_V1, Request, Response, Router
 from shared.http_server import HTTPService
 from tests.unit.test_shared_http_server import answers
@@ -40,10 +41,10 @@ class Server:
     def __init__(self, allow_cross_site: bool = False) -> None:
         self.served: list[str] = []
         router = Router()
-        router.add("POST", "/pub", self._record, lambda: 100)
-        router.add("POST", "/topic/delete", self._record)
-        router.add("PUT", "/config/:opt", self._record, lambda: 100)
-        router.add("GET", "/stats", self._record)
+        router.add("POST", "/pub", self._record, OPEN, lambda: 100)
+        router.add("POST", "/topic/delete", self._record, OPEN)
+        router.add("PUT", "/config/:opt", self._record, OPEN, lambda: 100)
+        router.add("GET", "/stats", self._record, OPEN)
         self.service = HTTPService(router, logging.getLogger("test.http"), allow_cross_site=allow_cross_site)
 
     def _record(self, request: Request) -> Response:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from shared.http_auth import OPEN
 from shared.http_router import NSQ_V1, Request, Response, Router, json_response, parse_query
 from shared.http_server import HTTPService
 from shared.http_conventions import HTTPError
@@ -46,13 +47,13 @@ def crash(request: Request) -> Response:
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[str, int]]:
     router = Router()
-    router.add("GET", "/ping", lambda request: Response(b"OK"))
-    router.add("POST", "/echo", echo, lambda: LIMIT)
-    router.add("POST", "/sized", sized, lambda: LIMIT)
-    router.add("GET", "/slow", slow)
-    router.add("GET", "/query", query)
-    router.add("GET", "/crash", crash)
-    router.add("GET", "/config/:opt", lambda request: Response(request.route_params["opt"].encode()))
+    router.add("GET", "/ping", lambda request: Response(b"OK"), OPEN)
+    router.add("POST", "/echo", echo, OPEN, lambda: LIMIT)
+    router.add("POST", "/sized", sized, OPEN, lambda: LIMIT)
+    router.add("GET", "/slow", slow, OPEN)
+    router.add("GET", "/query", query, OPEN)
+    router.add("GET", "/crash", crash, OPEN)
+    router.add("GET", "/config/:opt", lambda request: Response(request.route_params["opt"].encode()), OPEN)
     service = HTTPService(router, logging.getLogger("test.http"))
     listener = await asyncio.get_running_loop().create_server(service, "127.0.0.1", 0)
     yield listener.sockets[0].getsockname()[:2]

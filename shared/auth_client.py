@@ -5,11 +5,14 @@ read by ``shared.auth_reply``):
 - the servers are tried from a random one on, in turn, until one gives a valid answer; if none does, one
   ``AuthError`` names every address with its failure;
 - GET sends ``?common_name=&remote_ip=&secret=&tls=`` (sorted, as Go's ``url.Values.Encode``); POST sends the same
-  ``url.Values`` as JSON, so every value is a one-element list;
+  ``url.Values`` as JSON, so every value is a one-element list; a question about the HTTP APIs (nsqd's and
+  lookupd's ``--http-auth-required``) adds ``interface=http``, which NSQ's Go nsqd never sends, and its answer may
+  grant ``admin``;
+- a 401 or 403 from every server asked is ``AuthRefused``: the secret is bad, not the servers;
 - a 403 whose JSON names an ``https_port`` is asked again over https on that port (NSQ's V1 HTTP client).
 
 Error messages name the auth server's address, never the request URL, so a secret sent in a GET query does not end
-up in nsqd's log. Imported only when nsqd has auth servers: it brings aiohttp's client.
+up in the log. Imported only by a service that has auth servers: it brings aiohttp's client.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from yarl import URL
 
 from nsqclient.protocol.names import go_quote
 from shared import go_json
-from shared.auth_reply import AuthError, AuthState, parse_auth_reply
+from shared.auth_reply import HTTP_PERMISSIONS, PERMISSIONS, AuthError, AuthRefused, AuthState, parse_auth_reply
 from shared.http_conventions import ACCEPT_V1
 
 METHODS = ("get", "post")
@@ -37,10 +40,12 @@ def endpoint(address: str) -> str:
     return address if "://" in address else f"http://{address}/auth"
 
 
-def query_values(remote_ip: str, tls: bool, secret: str, common_name: str) -> dict[str, str]:
-    """The request's parameters, in the order Go's ``url.Values.Encode`` and ``json.Marshal`` sort them."""
-    return {"common_name": common_name, "remote_ip": remote_ip, "secret": secret,
-            "tls": "true" if tls else "false"}
+def query_values(remote_ip: str, tls: bool, secret: str, common_name: str, interface: str = "") -> dict[str, str]:
+    """The request's parameters (``interface`` only when given), sorted as Go's ``url.Values.Encode`` sorts them."""
+    values = {"common_name": common_name, "remote_ip": remote_ip, "secret": secret, "tls": "true" if tls else "false"}
+    if interface:
+        values["interface"] = interface
+    return dict(sorted(values.items()))
 
 
 def _query_string(values: dict[str, str]) -> str:
@@ -73,19 +78,22 @@ class AuthClient:
         self._closed = False
 
     async def query(self, remote_ip: str, tls: bool, secret: str, common_name: str = "",
-                    now: float | None = None) -> AuthState:
+                    now: float | None = None, interface: str = "") -> AuthState:
         """The state the first server to answer validly grants; its expiry counts from ``now`` (default: the
-        ``time.time()`` of the answer). AuthError naming each server's failure when none does."""
-        values = query_values(remote_ip, tls, secret, common_name)
+        ``time.time()`` of the answer). AuthError naming each server's failure when none does (AuthRefused when
+        each refused the secret). ``interface="http"``: a question about the HTTP APIs."""
+        values = query_values(remote_ip, tls, secret, common_name, interface)
+        permissions = HTTP_PERMISSIONS if interface == "http" else PERMISSIONS
         start = self._rng.randrange(len(self.addresses))
-        failures = []
+        failures, refused = [], True
         for step in range(len(self.addresses)):
             address = self.addresses[(start + step) % len(self.addresses)]
             try:
-                return await self._query_one(endpoint(address), values, now)
+                return await self._query_one(endpoint(address), values, now, permissions)
             except AuthError as error:
+                refused = refused and isinstance(error, AuthRefused)
                 failures.append(f"failed to auth against {address} - {error}")
-        raise AuthError("; ".join(failures))
+        raise (AuthRefused if refused else AuthError)("; ".join(failures))
 
     async def close(self) -> None:
         self._closed = True
@@ -93,7 +101,8 @@ class AuthClient:
             await self._session.close()
         self._session = None
 
-    async def _query_one(self, url: str, values: dict[str, str], now: float | None) -> AuthState:
+    async def _query_one(self, url: str, values: dict[str, str], now: float | None,
+                         permissions: frozenset[str]) -> AuthState:
         if self.method == "get":
             url, data = f"{url}?{_query_string(values)}", None
         else:
@@ -108,8 +117,9 @@ class AuthClient:
                 status, reason, body = await self._request(url, data)
         if status != 200:
             text = body.decode("utf-8", errors="surrogateescape")
-            raise AuthError(f"got response {status} {reason} {go_quote(text)}")
-        return parse_auth_reply(body, time.time() if now is None else now)
+            failure = AuthRefused if status in (401, 403) else AuthError
+            raise failure(f"got response {status} {reason} {go_quote(text)}")
+        return parse_auth_reply(body, time.time() if now is None else now, permissions)
 
     async def _request(self, url: str, data: bytes | None) -> tuple[int, str, bytes]:
         headers = {"Accept": ACCEPT_V1}

@@ -1,0 +1,326 @@
+"""The HTTP APIs of nsqd and lookupd behind the auth server (``--http-auth-required``), on real processes: every
+route of the README's table against no secret, a refused one, and publish-only, subscribe-only and admin secrets;
+the answers' TTL; one auth server answering TCP AUTH and HTTP alike; auth servers down, failing or slow; HTTPS with
+a client certificate; cross-site protection with Basic credentials."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from harness.fault_proxy import FaultProxy
+from harness.processes import ROOT, NSQDProcess, start_auth_server, start_lookupd, start_nsqd, wait_for
+from nsqclient import NSQProtocolError, Producer
+from services.lookupd.http_api import build_router as lookupd_router
+from services.nsqd.http_api import build_router as nsqd_router
+from services.nsqd.options import Options as NSQDOptions
+
+TOPIC, CHANNEL = "t", "c"
+SECRETS: dict[str, Any] = {
+    "publisher": {"identity": "billing", "authorizations": [
+        {"topic": f"^{TOPIC}$", "channels": [".*"], "permissions": ["publish"]}]},
+    "subscriber": {"identity": "reader", "authorizations": [
+        {"topic": f"^{TOPIC}$", "channels": [".*"], "permissions": ["subscribe"]}]},
+    "archivist": {"identity": "archive", "authorizations": [
+        {"topic": f"^{TOPIC}$", "channels": [f"^{CHANNEL}$"], "permissions": ["subscribe"]}]},
+    "operator": {"identity": "ops", "authorizations": [
+        {"topic": ".*", "channels": [".*"], "permissions": ["admin"]}]},
+    "everything": {"identity": "root", "authorizations": [
+        {"topic": ".*", "channels": [".*"], "permissions": ["publish", "subscribe", "admin"]}]},
+}
+ROW = re.compile(r"^\| (nsqd|nsqlookupd) \| (GET|POST|PUT) \| `([^`]+)` \| ([^|]+) \|$")
+
+
+def readme_routes() -> list[tuple[str, str, str, str]]:
+    text = (ROOT / "README.md").read_text()
+    return [(match[1], match[2], match[3], match[4].strip())
+            for match in map(ROW.match, text.splitlines()) if match]
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def basic(secret: str, user: str = "anyone") -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()}
+
+
+def code(body: bytes) -> str:
+    try:
+        return str(json.loads(body).get("message", ""))
+    except ValueError:
+        return ""
+
+
+@pytest.fixture
+def auth_server(tmp_path: Path) -> Iterator[NSQDProcess]:
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"ttl": 300, "secrets": SECRETS}))
+    server = start_auth_server(rules)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def guarded(tmp_path: Path, auth_server: NSQDProcess) -> Iterator[dict[str, NSQDProcess]]:
+    flags = (f"--auth-http-address=127.0.0.1:{auth_server.http_port}", "--http-auth-required")
+    started: list[NSQDProcess] = []
+    try:
+        started.append(start_lookupd(*flags))
+        started.append(start_nsqd(*flags, f"--lookupd-tcp-address=127.0.0.1:{started[0].tcp_port}",
+                                  data_path=tmp_path))
+        yield {"nsqlookupd": started[0], "nsqd": started[1]}
+    finally:
+        for process in reversed(started):
+            process.stop()
+
+
+def test_the_readme_table_is_every_route_of_both_services() -> None:
+    nsqd: Any = SimpleNamespace(opts=NSQDOptions())
+    lookupd: Any = SimpleNamespace()
+    routes = {("nsqd", method, path, need.describe()) for method, path, need in nsqd_router(nsqd).routes()}
+    routes |= {("nsqlookupd", method, path, need.describe())
+               for method, path, need in lookupd_router(lookupd, False).routes()}
+    table = readme_routes()
+    assert len(table) == len(set(table))
+    assert set(table) == routes
+
+
+def _request(process: NSQDProcess, method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    target = path.replace(":opt", "log_level") + f"?topic={TOPIC}&channel={CHANNEL}&node=127.0.0.1:1"
+    body = {"/pub": b"hello", "/mpub": b"one\ntwo", "/config/:opt": b"info"}.get(path) if method != "GET" else None
+    status, _, answer = process.http(method, target, body, headers)
+    return status, answer
+
+
+def _expected(need: str, secret: str | None) -> tuple[int, str] | None:
+    """The refusal a secret gets from a route that needs ``need``; None: it reaches the handler."""
+    if need == "open":
+        return None
+    if secret is None:
+        return 401, "AUTH_REQUIRED"
+    if secret == "refused":
+        return 401, "AUTH_FAILED"
+    if need == "any accepted secret":
+        return None
+    permission = need.split()[0]
+    granted = {"publisher": "publish", "subscriber": "subscribe", "operator": "admin"}[secret]
+    return None if permission == granted else (403, "AUTH_UNAUTHORIZED")
+
+
+def test_every_route_of_both_services_against_every_kind_of_secret(guarded: dict[str, NSQDProcess]) -> None:
+    table = readme_routes()
+    kinds: list[str | None] = [None, "refused", "publisher", "subscriber", "operator"]
+    # the refusals first, over the whole table: then nothing may have changed anywhere
+    for service, method, path, need in table:
+        for secret in kinds:
+            expected = _expected(need, secret)
+            if expected is not None:
+                status, answer = _request(guarded[service], method, path, {} if secret is None else bearer(secret))
+                assert (status, code(answer)) == expected, (service, method, path, secret)
+    stats = json.loads(guarded["nsqd"].http("GET", "/stats?format=json", headers=bearer("everything"))[2])
+    assert stats["topics"] == [], "a refused request acted"
+    assert json.loads(guarded["nsqlookupd"].http("GET", "/topics", headers=bearer("operator"))[2])["topics"] == []
+    for service, method, path, need in table:
+        for secret in kinds:
+            if _expected(need, secret) is None:
+                status, answer = _request(guarded[service], method, path, {} if secret is None else bearer(secret))
+                assert status not in (401, 403, 502), (service, method, path, secret, status, answer)
+
+
+def test_basic_credentials_carry_the_secret_as_their_password(guarded: dict[str, NSQDProcess]) -> None:
+    nsqd = guarded["nsqd"]
+    assert nsqd.http("POST", f"/pub?topic={TOPIC}", b"x", basic("publisher"))[0] == 200
+    assert nsqd.http("POST", f"/pub?topic={TOPIC}", b"x", basic("publisher", user=""))[0] == 200
+    status, _, answer = nsqd.http("POST", f"/pub?topic={TOPIC}", b"x", {"Authorization": "Basic !!!"})
+    assert (status, code(answer)) == (401, "AUTH_REQUIRED")
+    connection = http.client.HTTPConnection("127.0.0.1", nsqd.http_port, timeout=10)
+    try:
+        for headers, error in (({}, "AUTH_REQUIRED"), (bearer("nobody"), "AUTH_FAILED")):
+            connection.request("POST", f"/pub?topic={TOPIC}", b"x", headers)
+            response = connection.getresponse()
+            assert (response.status, code(response.read())) == (401, error)
+            challenges = response.headers.get_all("WWW-Authenticate") or []
+            assert any(challenge.startswith('Basic realm="nsqd"') for challenge in challenges)
+            assert any(challenge.startswith('Bearer realm="nsqd"') for challenge in challenges)
+    finally:
+        connection.close()
+
+
+def test_stats_lists_only_what_the_identity_may_see(guarded: dict[str, NSQDProcess]) -> None:
+    nsqd = guarded["nsqd"]
+    for topic, channel in ((TOPIC, CHANNEL), (TOPIC, "other"), ("secret", "c")):
+        assert nsqd.http("POST", f"/topic/create?topic={topic}", headers=bearer("everything"))[0] == 200
+        assert nsqd.http("POST", f"/channel/create?topic={topic}&channel={channel}",
+                         headers=bearer("everything"))[0] == 200
+
+    def seen(secret: str) -> dict[str, list[str]]:
+        document = json.loads(nsqd.http("GET", "/stats?format=json", headers=bearer(secret))[2])
+        return {topic["topic_name"]: [channel["channel_name"] for channel in topic["channels"]]
+                for topic in document["topics"]}
+
+    assert seen("everything") == {TOPIC: [CHANNEL, "other"], "secret": ["c"]}
+    assert seen("archivist") == {TOPIC: [CHANNEL]}
+    assert seen("publisher") == {TOPIC: []}
+    assert nsqd.http("GET", f"/channel/peek?topic={TOPIC}&channel=other", headers=bearer("archivist"))[0] == 403
+    assert nsqd.http("GET", f"/topic/peek?topic={TOPIC}", headers=bearer("archivist"))[0] == 403  # all channels'
+    text = nsqd.http("GET", "/stats", headers=bearer("archivist"))[2].decode()
+    assert re.search(rf"\[{TOPIC}\s*\]", text) and re.search(rf"\[{CHANNEL}\s*\]", text)
+    assert "secret" not in text and "other" not in text
+
+
+def test_a_revoked_secret_stops_working_once_its_answer_expires(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"ttl": 2, "secrets": SECRETS}))
+    auth = start_auth_server(rules)
+    nsqd = None
+    try:
+        nsqd = start_nsqd(f"--auth-http-address=127.0.0.1:{auth.http_port}", "--http-auth-required",
+                          data_path=tmp_path)
+        assert nsqd.http("POST", f"/pub?topic={TOPIC}", b"x", bearer("publisher"))[0] == 200
+        granted_at = time.monotonic()
+        rules.write_text(json.dumps({"ttl": 2, "secrets": {}}))
+        assert nsqd.http("POST", f"/pub?topic={TOPIC}", b"x", bearer("publisher"))[0] == 200  # still kept
+        wait_for(lambda: nsqd.http("POST", f"/pub?topic={TOPIC}", b"x", bearer("publisher"))[0] == 401, 10,
+                 "the revoked secret refused")
+        assert time.monotonic() - granted_at >= 1.5
+    finally:
+        if nsqd is not None:
+            nsqd.stop()
+        auth.stop()
+
+
+class RecordingAuthServer:
+    """An auth server written here: records each question and answers what ``answer`` says."""
+
+    def __init__(self) -> None:
+        self.questions: list[dict[str, str]] = []
+        self.answer: Callable[[dict[str, str]], tuple[int, bytes]] = self.grant
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                question = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+                recorder.questions.append(question)
+                status, body = recorder.answer(question)
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def grant(question: dict[str, str]) -> tuple[int, bytes]:
+        permissions = ["publish", "subscribe"] + (["admin"] if question.get("interface") == "http" else [])
+        return 200, json.dumps({"ttl": 60, "identity": "svc", "authorizations": [
+            {"topic": ".*", "channels": [".*"], "permissions": permissions}]}).encode()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def recording() -> Iterator[RecordingAuthServer]:
+    server = RecordingAuthServer()
+    yield server
+    server.close()
+
+
+async def test_one_auth_server_answers_tcp_auth_as_go_nsqd_asks_and_http_with_admin(
+        tmp_path: Path, recording: RecordingAuthServer) -> None:
+    nsqd = start_nsqd(f"--auth-http-address=127.0.0.1:{recording.port}", "--http-auth-required",
+                      data_path=tmp_path)
+    try:
+        producer = Producer(f"127.0.0.1:{nsqd.tcp_port}", auth_secret="tcp-secret")
+        await producer.connect()
+        await producer.publish(TOPIC, b"over tcp")
+        await producer.close()
+        assert nsqd.http("POST", f"/topic/pause?topic={TOPIC}", headers=bearer("http-secret"))[0] == 200
+        tcp, http_ = (next(q for q in recording.questions if q["secret"] == s) for s in ("tcp-secret", "http-secret"))
+        assert sorted(tcp) == ["common_name", "remote_ip", "secret", "tls"]  # exactly what Go's nsqd sends
+        assert sorted(http_) == ["common_name", "interface", "remote_ip", "secret", "tls"]
+        assert (http_["interface"], http_["remote_ip"], http_["tls"]) == ("http", "127.0.0.1", "false")
+        # a TCP AUTH granted admin is refused, as Go's nsqd refuses a permission it does not know
+        recording.answer = lambda question: (200, json.dumps({"ttl": 60, "authorizations": [
+            {"topic": ".*", "channels": [".*"], "permissions": ["publish", "admin"]}]}).encode())
+        refused = Producer(f"127.0.0.1:{nsqd.tcp_port}", auth_secret="another")
+        with pytest.raises(NSQProtocolError, match="E_AUTH_FAILED"):
+            await refused.connect()
+        await refused.close()
+    finally:
+        nsqd.stop()
+
+
+def test_auth_servers_down_failing_or_refusing_are_told_apart(tmp_path: Path, recording: RecordingAuthServer) -> None:
+    nsqd = start_nsqd(f"--auth-http-address=127.0.0.1:{recording.port}", "--http-auth-required",
+                      data_path=tmp_path)
+    try:
+        cases = [((500, b"oops"), 502, "AUTH_ERROR"), ((200, b"not json"), 502, "AUTH_ERROR"),
+                 ((200, b'{"ttl": 60, "authorizations": [{"topic": ".*", "channels": [".*"], '
+                        b'"permissions": ["root"]}]}'), 502, "AUTH_ERROR"),
+                 ((401, b"no"), 401, "AUTH_FAILED"), ((403, b"no"), 401, "AUTH_FAILED"),
+                 ((200, b'{"ttl": 60, "authorizations": []}'), 401, "AUTH_FAILED")]
+        for index, (answer, status, error) in enumerate(cases):
+            recording.answer = lambda question, answer=answer: answer  # type: ignore[misc]
+            got = nsqd.http("POST", f"/pub?topic={TOPIC}", b"x", bearer(f"secret-{index}"))
+            assert (got[0], code(got[2])) == (status, error), answer
+        recording.answer = RecordingAuthServer.grant
+        asked = len(recording.questions)
+        for _ in range(5):  # a refusal is kept briefly: a flood of one bad secret asks once
+            assert nsqd.http("POST", f"/pub?topic={TOPIC}", b"x", bearer("secret-3"))[0] == 401
+        assert len(recording.questions) == asked
+        stats = json.loads(nsqd.http("GET", "/stats?format=json", headers=bearer("good"))[2])
+        assert stats["topics"] == [], "a request the auth server did not grant published"
+    finally:
+        nsqd.stop()
+
+
+async def test_an_auth_server_that_is_down_or_slow_is_a_502_and_nothing_is_published(
+        tmp_path: Path, recording: RecordingAuthServer) -> None:
+    async with FaultProxy(("127.0.0.1", recording.port), seed=1) as proxy:
+        nsqd = start_nsqd(f"--auth-http-address={proxy.address_text}", "--http-auth-required",
+                          "--http-client-request-timeout=1s", data_path=tmp_path)
+        try:
+            proxy.stall()  # the auth server hears nothing and answers nothing
+            started = time.monotonic()
+            status, _, answer = await asyncio.to_thread(nsqd.http, "POST", f"/pub?topic={TOPIC}", b"x",
+                                                         bearer("slow-q7z"))
+            assert (status, code(answer)) == (502, "AUTH_ERROR")
+            assert time.monotonic() - started < 5
+            proxy.resume()
+            recording.close()  # down: connection refused
+            status, _, answer = await asyncio.to_thread(nsqd.http, "POST", f"/pub?topic={TOPIC}", b"x",
+                                                         bearer("down-q7z"))
+            assert (status, code(answer)) == (502, "AUTH_ERROR")
+            log = "\n".join(nsqd.log_lines)
+            assert "failed to auth against" in log and "q7z" not in log  # the secret never in the log
+        finally:
+            nsqd.stop()
+    other = start_nsqd(data_path=tmp_path)  # the same data: nothing was published
+    try:
+        assert json.loads(other.http("GET", "/stats?format=json")[2])["topics"] == []
+    finally:
+        other.stop()
