@@ -10,6 +10,7 @@ import base64
 import http.client
 import json
 import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -324,3 +325,76 @@ async def test_an_auth_server_that_is_down_or_slow_is_a_502_and_nothing_is_publi
         assert json.loads(other.http("GET", "/stats?format=json")[2])["topics"] == []
     finally:
         other.stop()
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    import trustme
+
+    directory = tmp_path_factory.mktemp("tls")
+    authority = trustme.CA()
+    server = authority.issue_cert("127.0.0.1", "localhost")
+    client = authority.issue_cert("billing@example.com", common_name="billing-service")
+    files = SimpleNamespace(ca=directory / "ca.pem", cert=directory / "cert.pem", key=directory / "key.pem",
+                            client=directory / "client.pem")
+    authority.cert_pem.write_to_path(str(files.ca))
+    server.cert_chain_pems[0].write_to_path(str(files.cert))
+    server.private_key_pem.write_to_path(str(files.key))
+    client.private_key_and_cert_chain_pem.write_to_path(str(files.client))
+    return files
+
+
+def _https(port: int, certificates: SimpleNamespace, method: str, path: str, headers: dict[str, str],
+           body: bytes | None = None) -> tuple[int, bytes]:
+    context = ssl.create_default_context(cafile=str(certificates.ca))
+    context.load_cert_chain(str(certificates.client))
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        connection.request(method, path, body, headers)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def _listening(process: NSQDProcess, label: str) -> int:
+    return int(next(line for line in process.log_lines if f"{label}: listening" in line).rsplit(":", 1)[1])
+
+
+def test_https_passes_the_client_certificates_common_name_on_nsqd_and_lookupd(
+        tmp_path: Path, recording: RecordingAuthServer, certificates: SimpleNamespace) -> None:
+    tls = (f"--tls-cert={certificates.cert}", f"--tls-key={certificates.key}",
+           f"--tls-root-ca-file={certificates.ca}", "--https-address=127.0.0.1:0",
+           f"--auth-http-address=127.0.0.1:{recording.port}", "--http-auth-required")
+    lookupd = start_lookupd(*tls)
+    nsqd = None
+    try:
+        nsqd = start_nsqd(*tls, "--tls-client-auth-policy=require-verify", data_path=tmp_path)
+        assert _https(_listening(nsqd, "HTTPS"), certificates, "POST", f"/pub?topic={TOPIC}",
+                      bearer("over-https"), b"x") == (200, b"OK")
+        status, answer = _https(_listening(lookupd, "HTTPS"), certificates, "GET", "/topics", bearer("lookupd-https"))
+        assert status == 200 and json.loads(answer) == {"topics": []}
+        assert _https(_listening(lookupd, "HTTPS"), certificates, "GET", "/topics", {})[0] == 401
+        for secret in ("over-https", "lookupd-https"):
+            question = next(q for q in recording.questions if q["secret"] == secret)
+            assert (question["tls"], question["common_name"], question["interface"]) == (
+                "true", "billing-service", "http")
+    finally:
+        if nsqd is not None:
+            nsqd.stop()
+        lookupd.stop()
+
+
+def test_cross_site_requests_are_refused_even_with_basic_credentials_a_browser_cached(
+        guarded: dict[str, NSQDProcess]) -> None:
+    nsqd, lookupd = guarded["nsqd"], guarded["nsqlookupd"]
+    assert nsqd.http("POST", f"/topic/create?topic={TOPIC}", headers=bearer("operator"))[0] == 200
+    browser = {**basic("operator"), "Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+    for process, path in ((nsqd, f"/topic/delete?topic={TOPIC}"), (lookupd, f"/topic/delete?topic={TOPIC}"),
+                          (nsqd, f"/pub?topic={TOPIC}")):
+        status, _, answer = process.http("POST", path, b"x", browser)
+        assert (status, code(answer)) == (403, "CROSS_SITE_REQUEST"), path
+    stats = json.loads(nsqd.http("GET", "/stats?format=json", headers=bearer("everything"))[2])
+    assert [(topic["topic_name"], topic["message_count"]) for topic in stats["topics"]] == [(TOPIC, 0)]
+    same_site = {**basic("operator"), "Sec-Fetch-Site": "same-origin"}
+    assert nsqd.http("POST", f"/topic/delete?topic={TOPIC}", headers=same_site)[0] == 200
