@@ -61,6 +61,7 @@ COMPILED = [
     "services/nsqd/replication/mirror_link.py",
     "services/nsqd/replication/records.py",
     "shared/http_conventions.py",
+    "shared/http_auth.py",
     "shared/http_router.py",
     "shared/http_server.py",
     "services/nsqd/http_api.py",

@@ -30,12 +30,13 @@ def wrk_path() -> str | None:
 
 
 def run(pool: ProcessPoolExecutor, address: tuple[str, int], path: str, size: int, connections: int,
-        duration: float) -> HTTPLoad:
+        duration: float, headers: tuple[str, ...] = ()) -> HTTPLoad:
+    """``headers``: ``"Name: value"`` each, sent with every request."""
     wrk = wrk_path()
     if wrk is not None:
-        return run_wrk(wrk, address, path, connections, duration, post_size=size)
+        return run_wrk(wrk, address, path, connections, duration, post_size=size, headers=headers)
     start_at = time.time() + 0.5
-    futures = [pool.submit(load.http_publish, address, path, size, connections // 2, start_at, duration)
+    futures = [pool.submit(load.http_publish, address, path, size, connections // 2, start_at, duration, headers)
                for _ in range(2)]
     results = [future.result() for future in futures]
     round_trips = sorted(trip for _, trips in results for trip in trips)
@@ -53,13 +54,14 @@ _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 
 
 def run_wrk(wrk: str, address: tuple[str, int], path: str, connections: int, duration: float,
-            post_size: int | None = None) -> HTTPLoad:
+            post_size: int | None = None, headers: tuple[str, ...] = ()) -> HTTPLoad:
     """``wrk -t1``: GET ``path``, or with ``post_size`` POST a body of that many bytes."""
     with tempfile.TemporaryDirectory() as scratch:
         script = Path(scratch) / "post.lua"
         script.write_text(_SCRIPT.format(size=post_size))
         post = ["-s", str(script)] if post_size is not None else []
         output = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", "--latency", *post,
+                                 *(option for header in headers for option in ("-H", header)),
                                  f"http://{address[0]}:{address[1]}{path}"],
                                 capture_output=True, text=True, check=True).stdout
     total = int(re.search(r"(\d+) requests in", output).group(1))  # type: ignore[union-attr]

@@ -145,11 +145,12 @@ _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
 
 
 def http_publish(address: tuple[str, int], path: str, size: int, connections: int, start_at: float,
-                 duration: float) -> tuple[int, list[float]]:
-    """``POST path`` with a ``size``-byte body over ``connections`` keep-alive connections, each waiting for its
-    answer before the next request (as wrk does); returns the 200s received and every round trip in seconds.
-    For machines without wrk."""
-    request = (f"POST {path} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\nContent-Length: {size}\r\n\r\n"
+                 duration: float, headers: tuple[str, ...] = ()) -> tuple[int, list[float]]:
+    """``POST path`` with a ``size``-byte body (and ``headers``, ``"Name: value"`` each) over ``connections``
+    keep-alive connections, each waiting for its answer before the next request (as wrk does); returns the 200s
+    received and every round trip in seconds. For machines without wrk."""
+    extra = "".join(f"{header}\r\n" for header in headers)
+    request = (f"POST {path} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\n{extra}Content-Length: {size}\r\n\r\n"
                ).encode() + b"x" * size
     selector = selectors.DefaultSelector()
     socks = [socket.create_connection(address) for _ in range(connections)]

@@ -126,40 +126,41 @@ class HTTPAuth:
             *challenges, ("WWW-Authenticate", f'Bearer realm="{realm}"')))
         self._failed = error_response(401, "AUTH_FAILED", headers=(
             *challenges, ("WWW-Authenticate", f'Bearer realm="{realm}", error="invalid_token"')))
-        self._unauthorized = error_response(403, "AUTH_UNAUTHORIZED")
+        self.unauthorized = error_response(403, "AUTH_UNAUTHORIZED")
         self._error = error_response(502, "AUTH_ERROR")
 
-    def admit(self, request: Request, peer: Peer) -> Response | Awaitable[Response | None] | None:
+    def connection(self, peer: Peer) -> ConnectionGate:
+        """The gate of one connection from ``peer``."""
+        return ConnectionGate(self, peer)
+
+    def admit(self, request: Request, connection: ConnectionGate) -> Response | Awaitable[Response | None] | None:
         """None when the request may go on (its ``identity`` set), the refusal to answer, or what to await for
         either when the auth server must be asked."""
         assert request.route is not None
         need = request.route.need
-        if not need.permission:
-            return None
         if not request.authorization:
             return self._required
         secret = credential(request.authorization)
         if secret is None:
             return self._required
+        peer = connection.peer
         key = hashlib.sha256("\0".join((secret, *map(str, peer))).encode("utf-8", "surrogateescape")).digest()
         answer = self._answers.get(key)
         if answer is not None:
             if isinstance(answer, AuthState):
                 if not answer.is_expired(time.time()):
-                    return self._authorized(request, need, answer)
+                    return connection.granted(request, need, answer)
             elif answer > time.time():
                 return self._failed
             del self._answers[key]
-        return self._ask(request, need, key, secret, peer)
+        return self._ask(request, need, key, secret, connection)
 
-    def _authorized(self, request: Request, need: Need, state: AuthState) -> Response | None:
-        request.identity = state
-        return None if allowed(need, state, request.query) else self._unauthorized
-
-    async def _ask(self, request: Request, need: Need, key: bytes, secret: str, peer: Peer) -> Response | None:
+    async def _ask(self, request: Request, need: Need, key: bytes, secret: str,
+                   connection: ConnectionGate) -> Response | None:
         task = self._asking.get(key)
         if task is None:
-            task = self._asking[key] = asyncio.get_running_loop().create_task(self._query(key, secret, peer))
+            task = self._asking[key] = asyncio.get_running_loop().create_task(
+                self._query(key, secret, connection.peer))
             task.add_done_callback(lambda done: self._asked(key, done))
         try:
             state = await asyncio.shield(task)
@@ -167,7 +168,7 @@ class HTTPAuth:
             return self._failed
         except AuthError:
             return self._error
-        return self._authorized(request, need, state)
+        return connection.granted(request, need, state)
 
     async def _query(self, key: bytes, secret: str, peer: Peer) -> AuthState:
         try:
@@ -194,3 +195,46 @@ class HTTPAuth:
         self._answers[key] = answer
         while len(self._answers) > self._max_answers:
             self._answers.popitem(last=False)
+
+
+class ConnectionGate:
+    """One connection's side of the gate: the peer the auth server is told of, and the identity its last secret was
+    granted, with what it was found to allow: a keep-alive client sends one secret with every request, which then
+    costs a comparison and a lookup."""
+
+    MAX_DECISIONS = 256
+
+    def __init__(self, gate: HTTPAuth, peer: Peer) -> None:
+        self.gate = gate
+        self.peer = peer
+        self._authorization = b""
+        self._state: AuthState | None = None
+        self._decisions: dict[tuple[Need, str | None, str | None], bool] = {}
+
+    def admit(self, request: Request) -> Response | Awaitable[Response | None] | None:
+        """As ``HTTPAuth.admit``."""
+        assert request.route is not None
+        need = request.route.need
+        if not need.permission:
+            return None
+        state = self._state
+        if state is not None and request.authorization == self._authorization and state.expires_at >= time.time():
+            return self._decide(request, need, state)
+        return self.gate.admit(request, self)
+
+    def granted(self, request: Request, need: Need, state: AuthState) -> Response | None:
+        if state is not self._state:
+            self._state, self._decisions = state, {}
+        self._authorization = request.authorization
+        return self._decide(request, need, state)
+
+    def _decide(self, request: Request, need: Need, state: AuthState) -> Response | None:
+        request.identity = state
+        query = request.query
+        asked = (need, query.get("topic"), query.get("channel"))
+        decision = self._decisions.get(asked)
+        if decision is None:
+            if len(self._decisions) >= self.MAX_DECISIONS:
+                self._decisions.clear()
+            decision = self._decisions[asked] = allowed(need, state, query)
+        return None if decision else self.gate.unauthorized

@@ -43,7 +43,7 @@ from shared.cross_site import CROSS_SITE_CODE, FRAME_DENY_HEADERS, cross_site_so
 from shared.http_conventions import HTTPError
 
 from .auth_reply import certificate_common_name
-from .http_auth import HTTPAuth, Peer
+from .http_auth import ConnectionGate, HTTPAuth, Peer
 from .http_router import Request, Response, Router, error_response
 
 MAX_HEADER_BYTES = 1 << 20
@@ -104,7 +104,7 @@ class HTTPConnection(asyncio.Protocol):
         self._host_checked = b""  # the last Host found allowed: a keep-alive connection sends the same one
         self._observe = service.observe
         self._auth = service.auth
-        self._peer: Peer | None = None  # what the auth server is told of this connection
+        self._gate: ConnectionGate | None = None  # this connection's side of the service's auth
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._closing = False
@@ -302,7 +302,7 @@ class HTTPConnection(asyncio.Protocol):
                 if refused is not None:
                     return refused
             if self._auth is not None and request.route is not None:
-                admitted = self._auth.admit(request, self._peer or self._peer_of_connection())
+                admitted = (self._gate or self._open_gate(self._auth)).admit(request)
                 if admitted is not None:
                     return admitted if isinstance(admitted, Response) else self._resolve_once(request, admitted)
             return self._router.resolve(request)
@@ -319,12 +319,13 @@ class HTTPConnection(asyncio.Protocol):
         result = self._router.resolve(request)
         return result if isinstance(result, Response) else await result
 
-    def _peer_of_connection(self) -> Peer:
+    def _open_gate(self, auth: HTTPAuth) -> ConnectionGate:
         assert self._transport is not None
         peer = self._transport.get_extra_info("peername")
         tls = self._transport.get_extra_info("ssl_object")
-        self._peer = Peer(peer[0] if isinstance(peer, tuple) else "", tls is not None, certificate_common_name(tls))
-        return self._peer
+        self._gate = auth.connection(Peer(peer[0] if isinstance(peer, tuple) else "", tls is not None,
+                                          certificate_common_name(tls)))
+        return self._gate
 
     async def _answer_later(self, request: Request, pending: Awaitable[Response]) -> None:
         try:

@@ -99,7 +99,8 @@ def request(secret: str | None, need: Any = PUBLISH, query: str = "topic=t") -> 
 
 
 async def outcome(gate: HTTPAuth, built: Request) -> Response | None:
-    admitted = gate.admit(built, PEER)
+    """The gate's answer to a request on a connection of its own: what is kept is the gate's, not a connection's."""
+    admitted = gate.connection(PEER).admit(built)
     if admitted is None or isinstance(admitted, Response):
         return admitted
     return await admitted
@@ -113,7 +114,7 @@ async def test_answers_are_kept_for_their_ttl_and_asked_about_the_http_interface
     servers = Servers()
     guard = gate(servers)
     assert await outcome(guard, request("s")) is None
-    assert guard.admit(request("s"), PEER) is None  # kept: no question, no await
+    assert guard.connection(PEER).admit(request("s")) is None  # kept: no question, no await
     assert servers.calls == [("s", "http")]
     servers.answer = state({"topic": ".*", "channels": [".*"], "permissions": ["publish"]}, ttl=1)
     assert await outcome(guard, request("short")) is None
@@ -139,7 +140,7 @@ async def test_the_answers_of_the_gate() -> None:
     assert refused is not None and (refused.status, json.loads(refused.body)) == (401, {"message": "AUTH_FAILED"})
     assert ("WWW-Authenticate", 'Bearer realm="nsqd", error="invalid_token"') in refused.headers
     for _ in range(3):
-        assert guard.admit(request("bad"), PEER) is refused  # kept briefly: the auth server is not asked
+        assert guard.connection(PEER).admit(request("bad")) is refused  # kept briefly: the auth server is not asked
     assert len([call for call in servers.calls if call[0] == "bad"]) == 1
     servers.answer = state()  # a reply granting nothing is a refusal
     assert (await outcome(guard, request("empty"))).status == 401  # type: ignore[union-attr]
@@ -164,7 +165,25 @@ async def test_an_answer_is_kept_for_the_question_it_answered(peer: Peer) -> Non
     servers = Servers()
     guard = gate(servers)
     await outcome(guard, request("s"))
-    admitted = guard.admit(request("s"), peer)
+    admitted = guard.connection(peer).admit(request("s"))
     assert admitted is not None and not isinstance(admitted, Response)
     assert await admitted is None
     assert len(servers.calls) == 2
+
+
+async def test_a_connection_remembers_its_secret_until_the_answer_expires_and_decides_per_name() -> None:
+    servers = Servers()
+    servers.answer = state({"topic": "^t$", "channels": [".*"], "permissions": ["publish"]}, ttl=1)
+    connection = gate(servers).connection(PEER)
+    first = connection.admit(request("s"))
+    assert first is not None and not isinstance(first, Response) and await first is None
+    assert connection.admit(request("s")) is None
+    denied = connection.admit(request("s", query="topic=other"))
+    assert isinstance(denied, Response) and denied.status == 403
+    changed = connection.admit(request("another"))  # another secret on the same connection is asked about
+    assert changed is not None and not isinstance(changed, Response) and await changed is None
+    await asyncio.sleep(1.1)
+    again = connection.admit(request("another"))
+    assert again is not None and not isinstance(again, Response)
+    assert await again is None
+    assert servers.calls == [("s", "http"), ("another", "http"), ("another", "http")]
