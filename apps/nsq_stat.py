@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TextIO, TypeVar
 
-from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers, http_address
+from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers, http_address, secret_from_file
 from shared.flags import FlagError, option, require_positive
 from shared.program import ProgramOptions, run_tool
 from shared.version import VERSION, version_line
@@ -48,6 +48,9 @@ class Options(ProgramOptions):
     interval: float = option(2.0, "duration of time between polling/printing output", kind="duration")
     http_client_connect_timeout: float = option(2.0, "timeout for HTTP connect", kind="duration")
     http_client_request_timeout: float = option(5.0, "timeout for HTTP request", kind="duration")
+    http_client_auth_secret_file: str = option("", "file whose first line is the secret sent (Authorization: "
+                                                   "Bearer) to nsqds and lookupds that ask for one "
+                                                   "(--http-auth-required)")
     count: int = option(0, "number of reports")
     nsqd_http_address: list[str] = option([], "nsqd HTTP address (may be given multiple times)")
     lookupd_http_address: list[str] = option([], "lookupd HTTP address (may be given multiple times)")
@@ -61,6 +64,10 @@ class Options(ProgramOptions):
         if self.count < 0:  # 0 is the default, forever (NSQ refuses an explicit 0 too)
             raise FlagError("--count should be positive")
         self._validate_addresses()
+        try:
+            secret_from_file(self.http_client_auth_secret_file)
+        except (OSError, ValueError) as error:
+            raise FlagError(f"--http-client-auth-secret-file: {error}") from None
 
     def _validate_addresses(self) -> None:
         if not self.nsqd_http_address and not self.lookupd_http_address:
@@ -223,7 +230,7 @@ async def stat_loop(opts: Options, out: TextIO) -> None:
     report = Report(opts.interval)
     loop = asyncio.get_running_loop()
     async with ClusterInfo.open(opts.http_client_connect_timeout, opts.http_client_request_timeout,
-                                f"nsq_stat/{VERSION}") as info:
+                                f"nsq_stat/{VERSION}", secret_from_file(opts.http_client_auth_secret_file)) as info:
         cluster = Cluster(info, opts)
         deadline = loop.time()
         while True:

@@ -3,7 +3,9 @@
 NSQ, its ``/topic/peek``, ``/channel/peek`` and ``/channel/replay``), and the POSTs of nsqadmin's actions.
 
 A ``ClusterInfo`` sends every request on one aiohttp session, its own (``ClusterInfo.open``, with NSQ's
-``--http-client-connect-timeout`` and ``--http-client-request-timeout``) or one it is given. It asks for NSQ's V1
+``--http-client-connect-timeout`` and ``--http-client-request-timeout``) or one it is given, and with its ``secret``
+(``--http-client-auth-secret-file``) as ``Authorization: Bearer`` for nsqds and lookupds that ask for one
+(``--http-auth-required``); their refusals are errors that say so. It asks for NSQ's V1
 answers (bare JSON) and unwraps the ``{"status_code", "data"}`` envelope that lookupds and nsqds older than 1.0
 answer with anyway. Whatever goes wrong with one request (refused, timed out, not 200, not JSON of the expected
 shape) is a ``ClusterInfoError`` naming the URL, with the HTTP ``status`` when there was an answer: lookupd answers
@@ -37,6 +39,31 @@ T = TypeVar("T")
 
 _HEADERS = {"Accept": ACCEPT_V1}
 _BODY_IN_ERRORS = 200  # characters of a failed answer's body quoted in its error
+# what an nsqd or lookupd under --http-auth-required means by its refusals
+_AUTH_REFUSALS = {
+    "AUTH_REQUIRED": "it asks for a secret (--http-auth-required) and none was sent: give one with "
+                     "--http-client-auth-secret-file",
+    "AUTH_FAILED": "its auth server refused the secret sent",
+    "AUTH_UNAUTHORIZED": "the identity of the secret sent may not do this (its auth server's permissions)",
+    "AUTH_ERROR": "it could not ask its auth server about the secret sent",
+}
+
+
+def secret_from_file(path: str) -> str:
+    """The secret ``--http-client-auth-secret-file`` names: the file's first line ("" without a path). A file, not
+    a flag's value, which ``ps`` would show to every user of the host."""
+    if not path:
+        return ""
+    with open(path, encoding="utf-8") as file:
+        return file.readline().rstrip("\r\n")
+
+
+def _error_code(text: str) -> str:
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return ""
+    return str(document.get("message", "")) if isinstance(document, dict) else ""
 
 
 class ClusterInfoError(Exception):
@@ -52,16 +79,19 @@ class ClusterInfoError(Exception):
 class ClusterInfo:
     """lookupd's and nsqd's HTTP APIs on one session; ``close()`` closes the session only if it is its own."""
 
-    def __init__(self, session: aiohttp.ClientSession, *, owns_session: bool = False) -> None:
+    def __init__(self, session: aiohttp.ClientSession, *, owns_session: bool = False, secret: str = "") -> None:
         self._session = session
         self._owns_session = owns_session
+        # sent to nsqd and lookupd only, never on the session (which may also reach graphite or a webhook)
+        self._headers = {**_HEADERS, "Authorization": f"Bearer {secret}"} if secret else _HEADERS
 
     @classmethod
-    def open(cls, connect_timeout: float, request_timeout: float, user_agent: str = "") -> ClusterInfo:
+    def open(cls, connect_timeout: float, request_timeout: float, user_agent: str = "",
+             secret: str = "") -> ClusterInfo:
         """A client with a session of its own (to be opened inside the running loop)."""
         timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         headers = {"User-Agent": user_agent} if user_agent else None
-        return cls(aiohttp.ClientSession(timeout=timeout, headers=headers), owns_session=True)
+        return cls(aiohttp.ClientSession(timeout=timeout, headers=headers), owns_session=True, secret=secret)
 
     async def close(self) -> None:
         if self._owns_session:
@@ -162,15 +192,16 @@ class ClusterInfo:
 
     async def _request(self, method: str, url: str) -> bytes:
         try:
-            async with self._session.request(method, url, headers=_HEADERS) as response:
+            async with self._session.request(method, url, headers=self._headers) as response:
                 body = await response.read()
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
             reason = "timed out" if isinstance(error, TimeoutError) else describe(error)
             raise ClusterInfoError(url, reason, method=method) from None
         if response.status != 200:
             text = body.decode("utf-8", "surrogateescape").strip()[:_BODY_IN_ERRORS]
-            raise ClusterInfoError(url, f"got response {response.status} {response.reason} {go_quote(text)}",
-                                   response.status, method)
+            reason = f"got response {response.status} {response.reason} {go_quote(text)}"
+            refusal = _AUTH_REFUSALS.get(_error_code(text)) if response.status in (401, 403, 502) else None
+            raise ClusterInfoError(url, f"{refusal} ({reason})" if refusal else reason, response.status, method)
         return body
 
 

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from nsqclient.version import VERSION
 from shared.allowed_hosts import allowed_names
-from shared.cluster_info import ClusterInfo
+from shared.cluster_info import ClusterInfo, secret_from_file
 from shared.listeners import listen_http
 from shared.metrics import PrometheusEndpoint
 
@@ -89,7 +89,8 @@ class NSQAdmin:
         timeout = aiohttp.ClientTimeout(total=self.opts.http_client_request_timeout,
                                         sock_connect=self.opts.http_client_connect_timeout)
         self._session = aiohttp.ClientSession(timeout=timeout, headers={"User-Agent": f"nsqadmin/{VERSION}"})
-        self.cluster = Cluster(ClusterInfo(self._session), self.opts.nsqlookupd_http_addresses,
+        secret = secret_from_file(self.opts.http_client_auth_secret_file)
+        self.cluster = Cluster(ClusterInfo(self._session, secret=secret), self.opts.nsqlookupd_http_addresses,
                                self.opts.nsqd_http_addresses)
         if self.opts.notification_http_endpoint:
             self._notifier = Notifier(self._session, self.opts.notification_http_endpoint, timeout)

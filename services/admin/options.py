@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from nsqclient.addresses import split_host_port
+from shared.cluster_info import secret_from_file
 from shared.cross_site import normalize_origin
 from shared.flags import FlagError, option
 from shared.program import ProgramOptions
@@ -26,6 +27,9 @@ class Options(ProgramOptions):
         [], "nsqd HTTP address (may be given multiple times)", flag="nsqd-http-address")
     http_client_connect_timeout: float = option(2.0, "timeout for HTTP connect", kind="duration")
     http_client_request_timeout: float = option(5.0, "timeout for HTTP request", kind="duration")
+    http_client_auth_secret_file: str = option("", "file whose first line is the secret sent (Authorization: "
+                                                   "Bearer) to nsqds and lookupds that ask for one "
+                                                   "(--http-auth-required)")
     allow_config_from_cidr: str = option("127.0.0.1/8", "A CIDR from which to allow HTTP requests to the /config "
                                                         "endpoint")
     notification_http_endpoint: str = option("", "HTTP endpoint (fully qualified) to which POST notifications of "
@@ -84,6 +88,10 @@ class Options(ProgramOptions):
             self.allowed_origins = [normalize_origin(origin) for origin in self.allowed_origins]
         except ValueError as error:
             raise FlagError(f"--allowed-origin: {error}") from None
+        try:
+            secret_from_file(self.http_client_auth_secret_file)
+        except (OSError, ValueError) as error:
+            raise FlagError(f"--http-client-auth-secret-file: {error}") from None
 
 
     def _validate_graphite(self) -> None:

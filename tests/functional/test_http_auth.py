@@ -11,6 +11,8 @@ import http.client
 import json
 import re
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +25,15 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from harness.fault_proxy import FaultProxy
-from harness.processes import ROOT, NSQDProcess, start_auth_server, start_lookupd, start_nsqd, wait_for
+from harness.processes import (
+    ROOT,
+    NSQDProcess,
+    start_admin,
+    start_auth_server,
+    start_lookupd,
+    start_nsqd,
+    wait_for,
+)
 from nsqclient import NSQProtocolError, Producer
 from services.lookupd.http_api import build_router as lookupd_router
 from services.nsqd.http_api import build_router as nsqd_router
@@ -398,3 +408,76 @@ def test_cross_site_requests_are_refused_even_with_basic_credentials_a_browser_c
     assert [(topic["topic_name"], topic["message_count"]) for topic in stats["topics"]] == [(TOPIC, 0)]
     same_site = {**basic("operator"), "Sec-Fetch-Site": "same-origin"}
     assert nsqd.http("POST", f"/topic/delete?topic={TOPIC}", headers=same_site)[0] == 200
+
+
+# --- the tools and the admin against a guarded cluster ---------------------------------------------------------
+
+async def test_the_client_library_sends_its_secret_to_lookupd(guarded: dict[str, NSQDProcess]) -> None:
+    lookupd = f"127.0.0.1:{guarded['nsqlookupd'].http_port}"
+    assert guarded["nsqd"].http("POST", f"/topic/create?topic={TOPIC}", headers=bearer("operator"))[0] == 200
+    wait_for(lambda: guarded["nsqlookupd"].http("GET", "/nodes", headers=bearer("operator"))[0] == 200
+             and json.loads(guarded["nsqlookupd"].http("GET", "/nodes", headers=bearer("operator"))[2])["producers"],
+             10, "nsqd registered")
+    async with Producer(lookupd_http_addresses=[lookupd], auth_secret="everything") as producer:
+        await producer.publish(TOPIC, b"found through a guarded lookupd")  # /nodes needed the secret
+    anonymous = Producer(lookupd_http_addresses=[lookupd])
+    with pytest.raises(Exception):
+        await anonymous.connect()  # /nodes refused it: no nsqd known
+    await anonymous.close()
+    stats = json.loads(guarded["nsqd"].http("GET", "/stats?format=json", headers=bearer("everything"))[2])
+    assert stats["topics"][0]["message_count"] == 1
+
+
+def test_nsq_stat_reads_a_guarded_cluster_with_a_secret_file(guarded: dict[str, NSQDProcess],
+                                                             tmp_path: Path) -> None:
+    nsqd, lookupd = guarded["nsqd"], guarded["nsqlookupd"]
+    assert nsqd.http("POST", f"/topic/create?topic={TOPIC}", headers=bearer("operator"))[0] == 200
+    assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}",
+                     headers=bearer("subscriber"))[0] == 200
+    wait_for(lambda: json.loads(lookupd.http("GET", f"/lookup?topic={TOPIC}")[2]).get("producers"), 10, "registered")
+    secret = tmp_path / "secret"
+    secret.write_text("subscriber\n")
+    command = [sys.executable, "-m", "apps.nsq_stat", f"--topic={TOPIC}", f"--channel={CHANNEL}", "--count=1",
+               "--interval=100ms", f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}"]
+    done = subprocess.run([*command, f"--http-client-auth-secret-file={secret}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    refused = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        refused.communicate(timeout=3)  # it keeps asking, as it does when a node is down
+    except subprocess.TimeoutExpired:
+        refused.kill()
+    errors = refused.communicate()[1]
+    assert "AUTH_REQUIRED" in errors and "--http-client-auth-secret-file" in errors, errors
+
+
+def test_the_admin_reaches_a_guarded_cluster_with_its_secret_and_says_who_refused_it(
+        guarded: dict[str, NSQDProcess], tmp_path: Path) -> None:
+    nsqd, lookupd = guarded["nsqd"], guarded["nsqlookupd"]
+    assert nsqd.http("POST", f"/topic/create?topic={TOPIC}", headers=bearer("operator"))[0] == 200
+    assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}",
+                     headers=bearer("subscriber"))[0] == 200
+    wait_for(lambda: json.loads(lookupd.http("GET", f"/lookup?topic={TOPIC}")[2]).get("producers"), 10, "registered")
+    secret = tmp_path / "secret"
+    secret.write_text("everything")
+    lookupd_flag = f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}"
+    admin = start_admin(lookupd_flag, f"--http-client-auth-secret-file={secret}", data_path=tmp_path)
+    try:
+        status, _, body = admin.http("GET", f"/api/topics/{TOPIC}")
+        assert status == 200 and json.loads(body)["message"] == ""
+        assert [channel["channel_name"] for channel in json.loads(body)["channels"]] == [CHANNEL]
+        assert admin.http("POST", f"/api/topics/{TOPIC}", json.dumps({"action": "pause"}).encode(),
+                          {"Content-Type": "application/json"})[0] == 200
+        assert json.loads(nsqd.http("GET", "/stats?format=json", headers=bearer("everything"))[2])[
+            "topics"][0]["paused"] is True
+    finally:
+        admin.stop()
+    (tmp_path / "anonymous").mkdir()
+    anonymous = start_admin(lookupd_flag, data_path=tmp_path / "anonymous")
+    try:
+        status, _, body = anonymous.http("GET", "/api/topics")
+        message = json.loads(body)["message"]
+        assert status == 502 and f"127.0.0.1:{lookupd.http_port}" in message, message
+        assert "AUTH_REQUIRED" in message and "--http-client-auth-secret-file" in message
+    finally:
+        anonymous.stop()

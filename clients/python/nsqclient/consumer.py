@@ -392,7 +392,7 @@ class Consumer:
     async def _poll_lookupds(self) -> None:
         timeout = max(self.config.connect_timeout * 5, 5.0)
         while True:
-            answers = await asyncio.gather(*(lookup_topic(address, self.topic, timeout)
+            answers = await asyncio.gather(*(lookup_topic(address, self.topic, timeout, self.config.auth_secret)
                                              for address in self.lookupd_http_addresses))
             for lookupd, answer in zip(self.lookupd_http_addresses, answers):
                 if answer is None:

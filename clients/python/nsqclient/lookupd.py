@@ -6,7 +6,9 @@ lookupd does not know yet is no nsqd, not a failure. An nsqd is known by ``broad
 NSQ client keys it. A lookupd's address is ``host:port`` or a URL (``http://`` or ``https://``); NSQ's V1 answers
 are asked for, and the ``{"status_code", "data"}`` envelope of lookupds older than NSQ 1.0 is unwrapped. The
 environment's proxy settings are not used (lookupds are the cluster's own), and ``timeout`` bounds a whole
-request, the name's resolution included.
+request, the name's resolution included. A ``secret`` (the client's ``auth_secret``) goes with each request as
+``Authorization: Bearer``, for a lookupd that asks for one (``--http-auth-required``: ``/nodes`` then needs it,
+``/lookup`` never does).
 """
 
 from __future__ import annotations
@@ -36,11 +38,11 @@ _THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nsq-lookupd")
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-async def lookup_topic(address: str, topic: str, timeout: float) -> list[str] | None:
+async def lookup_topic(address: str, topic: str, timeout: float, secret: str | None = None) -> list[str] | None:
     """TCP addresses of the nsqd that have ``topic``; [] when lookupd does not know it yet, None on failure."""
     url = http_url(address, "/lookup", {"topic": topic})
     try:
-        return producer_addresses(await _ask(url, timeout), url)
+        return producer_addresses(await _ask(url, timeout, secret), url)
     except _NotFound:
         return []  # TOPIC_NOT_FOUND: nothing published yet, keep polling
     except _Failed as error:
@@ -48,11 +50,11 @@ async def lookup_topic(address: str, topic: str, timeout: float) -> list[str] | 
         return None
 
 
-async def lookup_nodes(address: str, timeout: float) -> list[str] | None:
+async def lookup_nodes(address: str, timeout: float, secret: str | None = None) -> list[str] | None:
     """TCP addresses of every nsqd registered with the lookupd; None on failure."""
     url = http_url(address, "/nodes")
     try:
-        return producer_addresses(await _ask(url, timeout), url)
+        return producer_addresses(await _ask(url, timeout, secret), url)
     except _Failed as error:
         log.error("lookupd %s", error)
         return None
@@ -83,17 +85,19 @@ def _is_producer(producer: Any) -> bool:
             and type(producer.get("tcp_port")) is int)
 
 
-async def _ask(url: str, timeout: float) -> bytes:
+async def _ask(url: str, timeout: float, secret: str | None) -> bytes:
     try:
-        return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(_THREADS, _get, url, timeout),
-                                      timeout)
+        return await asyncio.wait_for(
+            asyncio.get_running_loop().run_in_executor(_THREADS, _get, url, timeout, secret), timeout)
     except TimeoutError:
         raise _Failed(f"GET {url}: timed out") from None
 
 
-def _get(url: str, timeout: float) -> bytes:
-    request = urllib.request.Request(url, headers={"Accept": "application/vnd.nsq; version=1.0",
-                                                   "User-Agent": user_agent()})
+def _get(url: str, timeout: float, secret: str | None = None) -> bytes:
+    headers = {"Accept": "application/vnd.nsq; version=1.0", "User-Agent": user_agent()}
+    if secret:
+        headers["Authorization"] = f"Bearer {secret}"
+    request = urllib.request.Request(url, headers=headers)
     try:
         with _OPENER.open(request, timeout=timeout) as response:
             body = bytes(response.read(_MAX_ANSWER + 1))

@@ -86,7 +86,8 @@ class Producer:
 
     async def _discover(self) -> list[str]:
         timeout = self.config.connect_timeout
-        answers = await asyncio.gather(*(lookup_nodes(address, timeout) for address in self.lookupd_http_addresses))
+        answers = await asyncio.gather(*(lookup_nodes(address, timeout, self.config.auth_secret)
+                                         for address in self.lookupd_http_addresses))
         nodes = list({node for answer in answers if answer for node in answer})
         random.shuffle(nodes)
         return nodes
