@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TextIO, TypeVar
 
-from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers, http_address, secret_from_file
-from shared.flags import FlagError, option, require_positive
+from shared.cluster_info import ClusterInfo, ClusterInfoError, gather_answers, http_address
+from shared.flags import FlagError, check_secret_file, option, require_positive, secret_from_file
 from shared.program import ProgramOptions, run_tool
 from shared.version import VERSION, version_line
 
@@ -64,10 +64,7 @@ class Options(ProgramOptions):
         if self.count < 0:  # 0 is the default, forever (NSQ refuses an explicit 0 too)
             raise FlagError("--count should be positive")
         self._validate_addresses()
-        try:
-            secret_from_file(self.http_client_auth_secret_file)
-        except (OSError, ValueError) as error:
-            raise FlagError(f"--http-client-auth-secret-file: {error}") from None
+        check_secret_file(self.http_client_auth_secret_file)
 
     def _validate_addresses(self) -> None:
         if not self.nsqd_http_address and not self.lookupd_http_address:

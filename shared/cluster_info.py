@@ -49,15 +49,6 @@ _AUTH_REFUSALS = {
 }
 
 
-def secret_from_file(path: str) -> str:
-    """The secret ``--http-client-auth-secret-file`` names: the file's first line ("" without a path). A file, not
-    a flag's value, which ``ps`` would show to every user of the host."""
-    if not path:
-        return ""
-    with open(path, encoding="utf-8") as file:
-        return file.readline().rstrip("\r\n")
-
-
 def _error_code(text: str) -> str:
     try:
         document = json.loads(text)

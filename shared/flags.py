@@ -284,3 +284,20 @@ def _default_text(spec: FlagSpec) -> str:
     else:
         text = str(value).lower() if isinstance(value, bool) else str(value)
     return f" (default {text})"
+
+
+def secret_from_file(path: str) -> str:
+    """The secret ``--http-client-auth-secret-file`` names: the file's first line ("" without a path). A file, not
+    a flag's value, which ``ps`` would show to every user of the host."""
+    if not path:
+        return ""
+    with open(path, encoding="utf-8") as file:
+        return file.readline().rstrip("\r\n")
+
+
+def check_secret_file(path: str) -> None:
+    """FlagError unless ``--http-client-auth-secret-file``'s file can be read."""
+    try:
+        secret_from_file(path)
+    except (OSError, ValueError) as error:
+        raise FlagError(f"--http-client-auth-secret-file: {error}") from None

@@ -18,7 +18,8 @@ from aiohttp import web
 
 from nsqclient.version import VERSION
 from shared.allowed_hosts import allowed_names
-from shared.cluster_info import ClusterInfo, secret_from_file
+from shared.cluster_info import ClusterInfo
+from shared.flags import secret_from_file
 from shared.listeners import listen_http
 from shared.metrics import PrometheusEndpoint
 

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from nsqclient.addresses import split_host_port
-from shared.cluster_info import secret_from_file
 from shared.cross_site import normalize_origin
-from shared.flags import FlagError, option
+from shared.flags import FlagError, check_secret_file, option
 from shared.program import ProgramOptions
 
 
@@ -88,10 +87,7 @@ class Options(ProgramOptions):
             self.allowed_origins = [normalize_origin(origin) for origin in self.allowed_origins]
         except ValueError as error:
             raise FlagError(f"--allowed-origin: {error}") from None
-        try:
-            secret_from_file(self.http_client_auth_secret_file)
-        except (OSError, ValueError) as error:
-            raise FlagError(f"--http-client-auth-secret-file: {error}") from None
+        check_secret_file(self.http_client_auth_secret_file)
 
 
     def _validate_graphite(self) -> None:

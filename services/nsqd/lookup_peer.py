@@ -113,16 +113,16 @@ class LookupPeer:
             return ""
         return join_host_port(self.info["broadcast_address"], self.info["http_port"])
 
-    async def channels(self, topic: str, connect_timeout: float, request_timeout: float) -> list[str]:
-        """The channels this lookupd knows for ``topic`` (the timeouts of the first call hold for the peer's
-        session); none, logged, when it does not answer."""
+    async def channels(self, topic: str, open_client: Callable[[], ClusterInfo]) -> list[str]:
+        """The channels this lookupd knows for ``topic`` (asked with the client ``open_client`` opens at the first
+        call); none, logged, when it does not answer."""
         address = self.http_address
         if not address or self._stopping:
             return []
-        from shared.cluster_info import ClusterInfo, ClusterInfoError  # aiohttp: not on the registration path
+        from shared.cluster_info import ClusterInfoError  # aiohttp: not on the registration path
 
         if self._http is None:
-            self._http = ClusterInfo.open(connect_timeout, request_timeout)
+            self._http = open_client()
         try:
             return await self._http.channels(address, topic)
         except ClusterInfoError as error:
@@ -251,9 +251,9 @@ def _line(topic: str, channel: str) -> bytes:
     return (f"{topic} {channel}" if channel else topic).encode() + b"\n"
 
 
-async def channels_in_cluster(peers: Iterable[LookupPeer], topic: str, connect_timeout: float,
-                              request_timeout: float) -> set[str]:
+async def channels_in_cluster(peers: Iterable[LookupPeer], topic: str,
+                              open_client: Callable[[], ClusterInfo]) -> set[str]:
     """The channels the peers' lookupds know for ``topic``, asked at once over their HTTP APIs; a lookupd that does
     not answer is logged and left out."""
-    found = await asyncio.gather(*(peer.channels(topic, connect_timeout, request_timeout) for peer in peers))
+    found = await asyncio.gather(*(peer.channels(topic, open_client) for peer in peers))
     return {channel for channels in found for channel in channels}

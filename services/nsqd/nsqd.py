@@ -19,6 +19,7 @@ from nsqclient.addresses import is_unix_socket, join_host_port
 from nsqclient.protocol.names import is_ephemeral, is_valid_channel_name
 from nsqclient.version import VERSION
 from shared.addresses import remove_unix_socket
+from shared.flags import secret_from_file
 from shared.http_server import HTTPService
 from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from shared.auth_client import AuthClient
+    from shared.cluster_info import ClusterInfo
+
     from .metrics import NSQDCollector
     from .node_id_check import NodeIdCheck
     from .recorder import Recording
@@ -220,9 +223,7 @@ class NSQD:
     async def _start_with_cluster_channels(self, topic: Topic) -> None:
         try:
 
-            names = await channels_in_cluster(self.lookup_peers.values(), topic.name,
-                                              self.opts.http_client_connect_timeout,
-                                              self.opts.http_client_request_timeout)
+            names = await channels_in_cluster(self.lookup_peers.values(), topic.name, self.cluster_client)
             for name in sorted(names):
                 if is_valid_channel_name(name) and not is_ephemeral(name) and not topic.exiting:
                     topic.get_channel(name)
@@ -278,15 +279,20 @@ class NSQD:
         takes a tenth of a second or more to import, on a thread then, so that the event loop goes on serving."""
         await asyncio.sleep(NODE_ID_CHECK_DELAY)
         await asyncio.to_thread(_import_http_client)
-        from shared.cluster_info import ClusterInfo
-
         from .node_id_check import NodeIdCheck
 
-        cluster = ClusterInfo.open(self.opts.http_client_connect_timeout, self.opts.http_client_request_timeout)
         self._node_id_check = NodeIdCheck(self.opts.node_id, self.broadcast_tcp_address, self._identified_lookupds,
-                                          cluster)
+                                          self.cluster_client())
         self._node_id_check.start()
         self._node_id_check.due()
+
+    def cluster_client(self) -> ClusterInfo:
+        """A client of the lookupds' and the other nsqds' HTTP APIs, with ``--http-client-auth-secret-file``'s
+        secret for those that ask for one."""
+        from shared.cluster_info import ClusterInfo  # aiohttp: only once nsqd asks
+
+        return ClusterInfo.open(self.opts.http_client_connect_timeout, self.opts.http_client_request_timeout,
+                                secret=secret_from_file(self.opts.http_client_auth_secret_file))
 
     def broadcast_tcp_port(self) -> int:
         # 0 on a unix socket (bound port -1), as NSQ registers then

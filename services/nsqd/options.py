@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from nsqclient.addresses import split_host_port
 from shared.allowed_hosts import ALLOWED_HOST_HELP
 from shared.cross_site import ALLOW_CROSS_SITE_HELP
-from shared.flags import FlagError, format_duration, option
+from shared.flags import FlagError, check_secret_file, format_duration, option
 from shared.program import ProgramOptions
 
 
@@ -54,6 +54,10 @@ class Options(ProgramOptions):
                                              "--auth-http-address")
     http_client_connect_timeout: float = option(2.0, "timeout for HTTP connect", kind="duration")
     http_client_request_timeout: float = option(5.0, "timeout for HTTP request", kind="duration")
+    http_client_auth_secret_file: str = option("", "file whose first line is the secret sent (Authorization: "
+                                                   "Bearer) to lookupds and nsqds that ask for one "
+                                                   "(--http-auth-required), for the channels lookupd knows of a "
+                                                   "new topic and the check of node IDs")
     topology_region: str = option("", "the region this nsqd is in")
     topology_zone: str = option("", "the zone within the region this nsqd is in")
 
@@ -163,6 +167,7 @@ class Options(ProgramOptions):
             raise FlagError("--max-deflate-level must be in [1,9]")
         if self.http_auth_required and not self.auth_http_addresses:
             raise FlagError("--http-auth-required needs --auth-http-address")
+        check_secret_file(self.http_client_auth_secret_file)
         if self.auth_http_request_method not in ("get", "post"):
             raise FlagError("--auth-http-request-method must be 'get' or 'post'")
         for quantile in self.e2e_processing_latency_percentiles:

@@ -481,3 +481,33 @@ def test_the_admin_reaches_a_guarded_cluster_with_its_secret_and_says_who_refuse
         assert "AUTH_REQUIRED" in message and "--http-client-auth-secret-file" in message
     finally:
         anonymous.stop()
+
+
+def test_nsqd_asks_a_guarded_lookupd_for_a_new_topics_channels_with_its_secret(
+        guarded: dict[str, NSQDProcess], auth_server: NSQDProcess, tmp_path: Path) -> None:
+    first, lookupd = guarded["nsqd"], guarded["nsqlookupd"]
+    assert first.http("POST", f"/topic/create?topic={TOPIC}", headers=bearer("operator"))[0] == 200
+    assert first.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}",
+                      headers=bearer("subscriber"))[0] == 200
+    wait_for(lambda: json.loads(lookupd.http("GET", f"/channels?topic={TOPIC}", headers=bearer("operator"))[2])
+             .get("channels") == [CHANNEL], 10, "the channel registered")
+    secret = tmp_path / "secret"
+    secret.write_text("operator\n")
+    flags = (f"--auth-http-address=127.0.0.1:{auth_server.http_port}", "--http-auth-required",
+             f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}")
+    for name, extra in (("with", (f"--http-client-auth-secret-file={secret}",)), ("without", ())):
+        (tmp_path / name).mkdir()
+        second = start_nsqd(*flags, *extra, data_path=tmp_path / name)
+        try:
+            wait_for(lambda: len(json.loads(lookupd.http("GET", "/nodes", headers=bearer("operator"))[2])
+                                 ["producers"]) == 2, 10, "the second nsqd registered")
+            assert second.http("POST", f"/pub?topic={TOPIC}", b"x", bearer("publisher"))[0] == 200
+            stats = json.loads(second.http("GET", "/stats?format=json", headers=bearer("everything"))[2])
+            channels = [channel["channel_name"] for channel in stats["topics"][0]["channels"]]
+            if name == "with":
+                assert channels == [CHANNEL]  # made before the publish, which it then holds
+            else:
+                assert channels == []
+                assert any("AUTH_REQUIRED" in line for line in second.log_lines)
+        finally:
+            second.stop()
