@@ -6,15 +6,23 @@ node ID (1 and 2) and data directory, and the admin's history in ``admin/`` besi
 4153, 4253, 4353) at ``--replication-factor=3``, with a 3-member etcd (Debian's etcd-server; clients on 2379, 2479
 and 2579, peers on 2380, 2480 and 2580, data in ``etcd-*/``).
 
+``--auth`` (``make up ARGS=--auth``): the HTTP APIs behind the project's ``nsq_auth_server`` (on 4181), as TCP's AUTH
+already is: lookupd and each nsqd with ``--auth-http-address`` and ``--http-auth-required``. Its rules, made at
+start in ``auth/rules.json`` with fresh random secrets, grant ``operator`` everything (the admin's and the nsqds'
+secret, in ``auth/operator.secret``), ``publisher`` publishing and ``consumer`` subscribing to every topic; each
+secret is also in ``auth/<name>.secret``, for ``curl -H "Authorization: Bearer $(cat auth/publisher.secret)"``.
+
 Waits until every service answers (/ping; etcd's /health), prints where they are, streams their logs with a prefix
 per service, and stops them all on Ctrl-C (or when one of them exits).
 
-    python deploy/run_local.py [--data-path DIR] [--port-offset N] [--host ADDRESS] [--replicated]
+    python deploy/run_local.py [--data-path DIR] [--port-offset N] [--host ADDRESS] [--replicated] [--auth]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import secrets
 import shutil
 import signal
 import subprocess
@@ -34,11 +42,21 @@ Service = tuple[str, list[str], int, str]
 ETCD_CLIENT_PORTS = (2379, 2479, 2579)
 
 
-def plan(host: str, offset: int, data_path: Path, replicated: bool = False) -> list[Service]:
+def plan(host: str, offset: int, data_path: Path, replicated: bool = False, auth: bool = False) -> list[Service]:
     lookupd_tcp, lookupd_http = 4160 + offset, 4161 + offset
-    services: list[Service] = [("nsqlookupd", [
+    services: list[Service] = []
+    guarded: list[str] = []  # the flags of lookupd and the nsqds with --auth
+    secret_flag: list[str] = []  # the admin's and the nsqds' secret
+    if auth:
+        rules, operator = auth_rules(data_path / "auth")
+        services.append(("auth", [sys.executable, "-m", "apps.nsq_auth_server",
+                                  f"--http-address={host}:{4181 + offset}", f"--rules={rules}"], 4181 + offset,
+                         "/ping"))
+        guarded = [f"--auth-http-address={host}:{4181 + offset}", "--http-auth-required"]
+        secret_flag = [f"--http-client-auth-secret-file={operator}"]
+    services.append(("nsqlookupd", [
         sys.executable, "-m", "services.lookupd", f"--tcp-address={host}:{lookupd_tcp}",
-        f"--http-address={host}:{lookupd_http}", f"--broadcast-address={host}"], lookupd_http, "/ping")]
+        f"--http-address={host}:{lookupd_http}", f"--broadcast-address={host}", *guarded], lookupd_http, "/ping"))
     replication: list[str] = []
     if replicated:
         members = etcd_members(host, offset, data_path)
@@ -53,14 +71,33 @@ def plan(host: str, offset: int, data_path: Path, replicated: bool = False) -> l
         services.append((f"nsqd-{tcp_port}", [
             sys.executable, "-m", "services.nsqd", f"--node-id={node_id}", f"--tcp-address={host}:{tcp_port}",
             f"--http-address={host}:{tcp_port + 1}", f"--broadcast-address={host}",
-            f"--lookupd-tcp-address={host}:{lookupd_tcp}", f"--data-path={directory}", *linked], tcp_port + 1,
-            "/ping"))
+            f"--lookupd-tcp-address={host}:{lookupd_tcp}", f"--data-path={directory}", *linked, *guarded,
+            *secret_flag], tcp_port + 1, "/ping"))
     admin_directory = data_path / "admin"
     admin_directory.mkdir(parents=True, exist_ok=True)
     services.append(("nsqadmin", [sys.executable, "-m", "services.admin", f"--http-address={host}:{4171 + offset}",
-                                  f"--lookupd-http-address={host}:{lookupd_http}", f"--data-path={admin_directory}"],
-                     4171 + offset, "/ping"))
+                                  f"--lookupd-http-address={host}:{lookupd_http}", f"--data-path={admin_directory}",
+                                  *secret_flag], 4171 + offset, "/ping"))
     return services
+
+
+def auth_rules(directory: Path) -> tuple[Path, Path]:
+    """``nsq_auth_server``'s rules with fresh secrets, each secret also in a file of its own (readable by this user
+    alone); the rules' path and the operator's secret file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    every_topic = {"topic": ".*", "channels": [".*"]}
+    grants = {"operator": ["subscribe", "publish", "admin"], "publisher": ["publish"], "consumer": ["subscribe"]}
+    rules: dict[str, dict[str, object]] = {}
+    for name, permissions in grants.items():
+        secret = secrets.token_urlsafe(24)
+        rules[secret] = {"identity": name, "authorizations": [{**every_topic, "permissions": permissions}]}
+        path = directory / f"{name}.secret"
+        path.write_text(secret + "\n")
+        path.chmod(0o600)
+    path = directory / "rules.json"
+    path.write_text(json.dumps({"ttl": 300, "secrets": rules}, indent=2))
+    path.chmod(0o600)
+    return path, directory / "operator.secret"
 
 
 def etcd_members(host: str, offset: int, data_path: Path) -> list[Service]:
@@ -99,6 +136,8 @@ def main() -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on and broadcast")
     parser.add_argument("--replicated", action="store_true",
                         help="three nsqd at --replication-factor=3 and a 3-member etcd (etcd-server)")
+    parser.add_argument("--auth", action="store_true",
+                        help="the HTTP APIs behind nsq_auth_server (on 4181), secrets in DATA_PATH/auth/")
     args = parser.parse_args()
     stopping = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
@@ -106,7 +145,7 @@ def main() -> int:
     running: list[tuple[str, subprocess.Popen[str], int, str]] = []
     try:
         for name, command, http_port, health in plan(args.host, args.port_offset, Path(args.data_path),
-                                                     args.replicated):
+                                                     args.replicated, args.auth):
             process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        text=True, start_new_session=True)
             running.append((name, process, http_port, health))
@@ -118,11 +157,13 @@ def main() -> int:
                 return 1
             time.sleep(0.1)
         print(f"cluster up: nsqlookupd http://{args.host}:{4161 + args.port_offset} (TCP {4160 + args.port_offset}); "
-              + "; ".join(f"{name} TCP {port - 1}, http://{args.host}:{port}" for name, _, port, _ in running[1:-1]
+              + "; ".join(f"{name} TCP {port - 1}, http://{args.host}:{port}" for name, _, port, _ in running
                           if name.startswith("nsqd"))
               + ("; etcd " + ",".join(f"{args.host}:{port}" for name, _, port, _ in running if name.startswith("etcd"))
                  if args.replicated else "")
               + f"; nsqadmin http://{args.host}:{4171 + args.port_offset}"
+              + (f"; nsq_auth_server http://{args.host}:{4181 + args.port_offset}, secrets in "
+                 f"{Path(args.data_path) / 'auth'}" if args.auth else "")
               + f". Find nodes: curl 'http://{args.host}:{4161 + args.port_offset}/lookup?topic=<topic>'. "
                 "Ctrl-C stops everything.", flush=True)
         while not stopping.is_set():

@@ -116,6 +116,15 @@ class ClusterInfo:
         url = http_url(lookupd, "/nodes")
         return _producers(await self._get(url), url)
 
+    async def identity(self, address: str) -> str:
+        """What the auth server of an nsqd or lookupd under ``--http-auth-required`` named this client's secret
+        (``GET /auth``)."""
+        url = http_url(address, "/auth")
+        identity = (await self._get(url)).get("identity")
+        if not isinstance(identity, str):
+            raise ClusterInfoError(url, "no identity in the answer")
+        return identity
+
     # --- nsqd ----------------------------------------------------------------------------------------------------
 
     async def stats(self, nsqd: str, topic: str = "", channel: str = "", include_clients: bool = False) -> Json:

@@ -30,7 +30,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, NamedTuple
 
 from shared.auth_reply import AuthError, AuthRefused, AuthState
-from shared.http_router import Request, Response, error_response
+from shared.http_router import Request, Response, error_response, json_document
 
 if TYPE_CHECKING:
     from shared.auth_client import AuthClient
@@ -64,6 +64,16 @@ SUBSCRIBE = Need("subscribe", "channel")
 ADMIN_NODE = Need("admin")
 ADMIN_TOPIC = Need("admin", "topic")
 ADMIN_CHANNEL = Need("admin", "channel")
+
+
+def identity_answer(request: Request) -> Response:
+    """``GET /auth``: what the auth server named this request's secret, as nsqd answers a TCP AUTH (the admin
+    records it with each action); 404 ``AUTH_DISABLED`` from a service without ``--http-auth-required``."""
+    state = request.identity
+    if state is None:
+        return error_response(404, "AUTH_DISABLED")
+    return json_document({"identity": state.identity, "identity_url": state.identity_url,
+                          "permission_count": len(state.authorizations)})
 
 
 class Peer(NamedTuple):

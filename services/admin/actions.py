@@ -109,10 +109,11 @@ async def _record(request: web.Request, plan: Plan, result: str, notify: bool = 
     entries = [(plan.action, plan.channel)]
     if plan.created_channel:
         entries.append(("create_channel", plan.created_channel))
+    identity = await admin_of(request).identity()
     for action, channel in entries:
         entry = AuditEntry(ts=time.time(), user=user_of(request), remote_ip=_remote_address(request),
                            user_agent=request.headers.get("User-Agent", ""), action=action, topic=plan.topic,
-                           channel=channel, node=plan.node, result=result)
+                           channel=channel, node=plan.node, result=result, identity=identity)
         await admin_of(request).record_action(entry, str(request.url), notify)
 
 

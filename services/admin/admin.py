@@ -18,7 +18,7 @@ from aiohttp import web
 
 from nsqclient.version import VERSION
 from shared.allowed_hosts import allowed_names
-from shared.cluster_info import ClusterInfo
+from shared.cluster_info import ClusterInfo, ClusterInfoError
 from shared.flags import secret_from_file
 from shared.listeners import listen_http
 from shared.metrics import PrometheusEndpoint
@@ -39,6 +39,7 @@ from .upstream import UpstreamError, Warnings
 log = logging.getLogger("nsqadmin")
 
 DATABASE_FILE = "nsqadmin.db"
+IDENTITY_KEPT = 60.0  # seconds the identity of the admin's secret is kept before it is asked again
 
 
 class NSQAdmin:
@@ -60,6 +61,8 @@ class NSQAdmin:
         self.last_snapshot: list[Json] = []
         self.last_snapshot_errors = 0
         self._session: aiohttp.ClientSession | None = None
+        self._secret = ""  # --http-client-auth-secret-file's
+        self._identity = ("", -IDENTITY_KEPT)  # the auth server's name for it, and when it was asked
         self._database: aiosqlite.Connection | None = None
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
@@ -90,8 +93,8 @@ class NSQAdmin:
         timeout = aiohttp.ClientTimeout(total=self.opts.http_client_request_timeout,
                                         sock_connect=self.opts.http_client_connect_timeout)
         self._session = aiohttp.ClientSession(timeout=timeout, headers={"User-Agent": f"nsqadmin/{VERSION}"})
-        secret = secret_from_file(self.opts.http_client_auth_secret_file)
-        self.cluster = Cluster(ClusterInfo(self._session, secret=secret), self.opts.nsqlookupd_http_addresses,
+        self._secret = secret_from_file(self.opts.http_client_auth_secret_file)
+        self.cluster = Cluster(ClusterInfo(self._session, secret=self._secret), self.opts.nsqlookupd_http_addresses,
                                self.opts.nsqd_http_addresses)
         if self.opts.notification_http_endpoint:
             self._notifier = Notifier(self._session, self.opts.notification_http_endpoint, timeout)
@@ -149,6 +152,21 @@ class NSQAdmin:
             await asyncio.sleep(max(0.0, self.opts.history_interval - (time.monotonic() - started)))
 
     # --- audit ---------------------------------------------------------------------------------------------------
+
+    async def identity(self) -> str:
+        """The identity the cluster's auth server names the admin's secret, asked of the first lookupd (or nsqd)
+        and kept for a minute; "" without a secret, or when no node says."""
+        if not self._secret:
+            return ""
+        now = time.monotonic()
+        if now - self._identity[1] > IDENTITY_KEPT:
+            address = (self.opts.nsqlookupd_http_addresses or self.opts.nsqd_http_addresses)[0]
+            try:
+                self._identity = (await self.cluster.client.identity(address), now)
+            except ClusterInfoError as error:
+                log.warning("the identity of the admin's secret is unknown - %s", error)
+                return ""
+        return self._identity[0]
 
     async def record_action(self, entry: AuditEntry, url: str, notify: bool) -> None:
         """Stores an operator action and, with ``notify``, sends nsqadmin's notification for it (if an endpoint is

@@ -48,6 +48,9 @@ class AdminState(Protocol):
     async def record_action(self, entry: AuditEntry, url: str, notify: bool) -> None:
         """Stores an operator action and, with ``notify``, sends its notification."""
 
+    async def identity(self) -> str:
+        """The identity the cluster's auth server names the admin's secret ("" without one)."""
+
     def set_lookupd_addresses(self, addresses: list[str]) -> None:
         """``PUT /config/nsqlookupd_http_addresses``: later requests use the new lookupds."""
 

@@ -1,7 +1,7 @@
 """The audit log: one entry per admin action taken through the admin (who, from where, what, on which node, and
-how it went: ``ok``, what failed, or ``refused: ...`` for a request the admin would not run), kept in the store's
-``audit`` table. Action names are nsqadmin's, the ones its notifications carry,
-and, beyond nsqadmin, a channel's ``replay_dead_letters``, ``empty_dead_letters`` and ``rewind_channel``, and a
+how it went: ``ok``, what failed, or ``refused: ...`` for a request the admin would not run; with
+``--http-client-auth-secret-file``, the identity the cluster's auth server named the admin's secret), kept in the
+store's ``audit`` table. Action names are nsqadmin's, the ones its notifications carry, and, beyond nsqadmin, a channel's ``replay_dead_letters``, ``empty_dead_letters`` and ``rewind_channel``, and a
 topic's ``set_retention``.
 """
 
@@ -18,7 +18,7 @@ ACTIONS = frozenset({
     "unknown",  # a refused request too malformed to tell which action it asked for
 })
 
-_COLUMNS = "ts, user, remote_ip, user_agent, action, topic, channel, node, result, id"
+_COLUMNS = "ts, user, remote_ip, user_agent, action, topic, channel, node, result, identity, id"
 
 
 @dataclass
@@ -32,6 +32,7 @@ class AuditEntry:
     channel: str = ""
     node: str = ""
     result: str = "ok"
+    identity: str = ""  # the auth server's name for the admin's secret (--http-client-auth-secret-file)
     id: int | None = None
 
 
@@ -46,7 +47,7 @@ class AuditLog:
         if entry.action not in ACTIONS:
             raise ValueError(f"unknown admin action {entry.action!r}")
         async with self._connection.execute(
-                f"INSERT INTO audit ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                f"INSERT INTO audit ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
                 astuple(entry)[:-1]) as cursor:
             entry_id = cursor.lastrowid
         await self._connection.commit()

@@ -14,7 +14,7 @@ import threading
 
 import aiosqlite
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the audit log's identity
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS audit (
     topic TEXT NOT NULL,
     channel TEXT NOT NULL,
     node TEXT NOT NULL,
-    result TEXT NOT NULL
+    result TEXT NOT NULL,
+    identity TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS audit_ts ON audit (ts);
 """
@@ -92,5 +93,7 @@ async def _prepare(connection: aiosqlite.Connection, path: str) -> None:
     if version > SCHEMA_VERSION:
         raise StoreError(f"cannot open {path}: schema version {version} is newer than {SCHEMA_VERSION}")
     await connection.executescript(_SCHEMA)
+    if version == 1:
+        await connection.execute("ALTER TABLE audit ADD COLUMN identity TEXT NOT NULL DEFAULT ''")
     await connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     await connection.commit()

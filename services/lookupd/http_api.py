@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nsqclient.protocol.names import is_valid_channel_name, is_valid_topic_name
-from shared.http_auth import ACCEPTED, ADMIN_CHANNEL, ADMIN_TOPIC, OPEN
+from shared.http_auth import ACCEPTED, ADMIN_CHANNEL, ADMIN_TOPIC, OPEN, identity_answer
 from shared.http_conventions import COMPACT_JSON, HTTPError
 from shared.http_router import NSQ_V1, Request, Response, Router, json_document, json_response
 
@@ -35,7 +35,7 @@ def build_router(lookupd: NSQLookupd, external: bool = False) -> Router:
     for path, handler in (("/ping", api.ping), ("/info", api.info), ("/lookup", api.lookup)):
         router.add("GET", path, handler, OPEN)  # health checks, and what every NSQ client asks
     for path, handler in (("/topics", api.topics), ("/channels", api.channels), ("/nodes", api.nodes),
-                          ("/debug", api.debug), ("/metrics", api.metrics)):
+                          ("/debug", api.debug), ("/metrics", api.metrics), ("/auth", identity_answer)):
         router.add("GET", path, handler, ACCEPTED)
     for path, handler, need in (("/topic/create", api.topic_create, ADMIN_TOPIC),
                                 ("/topic/delete", api.topic_delete, ADMIN_TOPIC),

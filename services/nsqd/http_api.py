@@ -29,6 +29,7 @@ from shared.http_auth import (
     PUBLISH,
     SUBSCRIBE,
     SUBSCRIBE_TOPIC,
+    identity_answer,
 )
 from shared.http_conventions import COMPACT_JSON, HTTPError, parse_bool
 from shared.http_router import NSQ_V1, Request, Response, Router, json_document, json_response
@@ -60,6 +61,7 @@ def build_router(nsqd: NSQD) -> Router:
     router.add("GET", "/stats", api.stats, ACCEPTED)  # what the identity may see of it
     router.add("GET", "/metrics", api.metrics, ACCEPTED)
     router.add("GET", "/config/:opt", api.config, ACCEPTED)
+    router.add("GET", "/auth", identity_answer, ACCEPTED)
     router.add("POST", "/pub", api.pub, PUBLISH, lambda: opts.max_msg_size)
     router.add("POST", "/mpub", api.mpub, PUBLISH, lambda: opts.max_body_size)
     for action in ("create", "delete", "empty", "pause", "unpause"):

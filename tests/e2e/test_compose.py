@@ -25,9 +25,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1200)]
 ENGINE = ROOT / "tests" / "e2e" / "docker-engine.sh"
 PROJECT = "nsq-e2e"
 BASE_IMAGE = "local/python-base:bookworm-cc-etcd"
-HOST_PORTS = (4150, 4151, 4250, 4251, 4161, 4261, 4171, 4350, 4351, 4450, 4451, 4550, 4551)
+HOST_PORTS = (4150, 4151, 4250, 4251, 4161, 4261, 4171, 4350, 4351, 4450, 4451, 4550, 4551, 4650, 4651, 4661,
+              4671)
 REPLICATED = ("etcd1", "etcd2", "etcd3", "nsqd3", "nsqd4", "nsqd5")
-EVERY_PROFILE = ("--profile", "spark", "--profile", "replicated")
+GUARDED = ("auth", "lookupd-auth", "nsqd-auth", "admin-auth")
+EVERY_PROFILE = ("--profile", "spark", "--profile", "replicated", "--profile", "auth")
 
 
 class Docker:
@@ -102,8 +104,9 @@ def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
         print("timings:", ", ".join(f"{name} {seconds:.1f}s" for name, seconds in timings.items()))
 
 
-def http(url: str, body: bytes | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
+def http(url: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET",
+                                     headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read()
@@ -251,6 +254,19 @@ def test_the_cluster_in_compose(docker: Docker) -> None:
              60, "nsqd3's messages on a survivor", interval=1, retry_on=NOT_YET)
     timings["replicated failover"] = time.monotonic() - started
     docker.compose("--profile", "replicated", "rm", "--stop", "--force", *REPLICATED, timeout=120)
+
+    # --profile auth: a lookupd, an nsqd and an admin whose HTTP APIs answer to nsq_auth_server (deploy/auth's
+    # example secrets)
+    started = time.monotonic()
+    docker.compose("--profile", "auth", "up", "--detach", "--wait", "--wait-timeout", "300", *GUARDED, timeout=400)
+    publisher = {"Authorization": "Bearer example-publisher-secret"}
+    assert http("http://127.0.0.1:4651/pub?topic=guarded", b"anonymous")[0] == 401
+    assert http("http://127.0.0.1:4651/pub?topic=guarded", b"published", publisher) == (200, b"OK")
+    assert http("http://127.0.0.1:4661/topics")[0] == 401
+    wait_for(lambda: b"guarded" in http("http://127.0.0.1:4671/api/topics")[1], 30,
+             "the admin reading the guarded lookupd with its secret", interval=1, retry_on=NOT_YET)
+    timings["auth profile up"] = time.monotonic() - started
+    docker.compose("--profile", "auth", "rm", "--stop", "--force", *GUARDED, timeout=120)
 
     # down and up again: nsqd wrote its memory queue to its volume on SIGTERM
     assert http("http://127.0.0.1:4151/topic/create?topic=kept", b"")[0] == 200

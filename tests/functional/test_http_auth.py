@@ -154,6 +154,19 @@ def test_every_route_of_both_services_against_every_kind_of_secret(guarded: dict
                 assert status not in (401, 403, 502), (service, method, path, secret, status, answer)
 
 
+def test_get_auth_names_the_identity_of_the_secret(guarded: dict[str, NSQDProcess], tmp_path: Path) -> None:
+    for process in guarded.values():
+        status, _, body = process.http("GET", "/auth", headers=bearer("publisher"))
+        assert (status, json.loads(body)) == (200, {"identity": "billing", "identity_url": "",
+                                                    "permission_count": 1})
+    open_nsqd = start_nsqd()  # NSQ's open API
+    try:
+        status, _, body = open_nsqd.http("GET", "/auth")
+        assert (status, code(body)) == (404, "AUTH_DISABLED")
+    finally:
+        open_nsqd.stop()
+
+
 def test_basic_credentials_carry_the_secret_as_their_password(guarded: dict[str, NSQDProcess]) -> None:
     nsqd = guarded["nsqd"]
     assert nsqd.http("POST", f"/pub?topic={TOPIC}", b"x", basic("publisher"))[0] == 200
@@ -470,6 +483,8 @@ def test_the_admin_reaches_a_guarded_cluster_with_its_secret_and_says_who_refuse
                           {"Content-Type": "application/json"})[0] == 200
         assert json.loads(nsqd.http("GET", "/stats?format=json", headers=bearer("everything"))[2])[
             "topics"][0]["paused"] is True
+        [entry] = json.loads(admin.http("GET", "/api/audit")[2])["entries"]
+        assert (entry["action"], entry["result"], entry["identity"]) == ("pause_topic", "ok", "root")
     finally:
         admin.stop()
     (tmp_path / "anonymous").mkdir()

@@ -91,3 +91,31 @@ def test_make_up_replicated_starts_three_mirrored_nsqd_and_etcd(tmp_path: Path) 
         for port in nsqd_http[1:]:
             assert [store["depth"] for store in replication(port)["mirroring"] if store["origin"] == origin] == [1]
     assert not any(listening(port) for port in [*nsqd_http, *etcd_ports]), "a service is still running"
+
+
+def test_make_up_with_auth_guards_the_http_apis_with_the_auth_server(tmp_path: Path) -> None:
+    offset = OFFSET + 2000
+    lookupd, nsqd, admin = 4161 + offset, 4151 + offset, 4171 + offset
+
+    def ask(port: int, path: str, body: bytes | None = None, secret: str = "") -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json"}  # the admin's actions take JSON only; nsqd reads any body
+        if secret:
+            headers["Authorization"] = f"Bearer {(tmp_path / 'auth' / f'{secret}.secret').read_text().strip()}"
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body,
+                                         method="POST" if body is not None else "GET", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    with make_up(f"--port-offset={offset} --auth", tmp_path):
+        assert ask(nsqd, "/pub?topic=hello", b"world")[0] == 401
+        assert ask(nsqd, "/pub?topic=hello", b"world", "consumer")[0] == 403
+        assert ask(nsqd, "/pub?topic=hello", b"world", "publisher") == (200, b"OK")
+        assert ask(lookupd, "/topics")[0] == 401
+        wait_for(lambda: json.loads(ask(lookupd, "/topics", secret="consumer")[1])["topics"] == ["hello"], 5,
+                 "nsqd registered the topic")
+        assert b"hello" in ask(admin, "/")[1]  # the admin reaches both with the operator's secret
+        assert ask(admin, "/api/topics/hello", json.dumps({"action": "pause"}).encode())[0] == 200
+        assert json.loads(ask(nsqd, "/stats?format=json", secret="operator")[1])["topics"][0]["paused"] is True

@@ -38,7 +38,7 @@ async def test_record_recent_prune(store: aiosqlite.Connection) -> None:
     recent = await audit.recent()
     assert [e.id for e in recent] == [third, second, first]
     assert recent[2] == AuditEntry(10.0, "ops", "10.0.0.1:5123", "curl/8.0", "delete_channel", "t", "c", "n1:4151",
-                                   "ok", first)
+                                   "ok", "", first)
     assert recent[1].result == "error: 500"
     assert [e.id for e in await audit.recent(limit=1)] == [third]
     assert [e.id for e in await audit.recent(limit=1, offset=2)] == [first]

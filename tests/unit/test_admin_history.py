@@ -144,3 +144,24 @@ async def test_a_data_path_that_cannot_be_created_is_a_clear_error(tmp_path: Pat
     if os.geteuid() != 0:  # root creates directories anywhere
         with pytest.raises(StoreError, match=r"cannot create .*locked/sub for .*: Permission denied"):
             await open_store(str(tmp_path / "locked" / "sub" / "nsqadmin.db"))
+
+
+async def test_a_first_version_file_gains_the_audit_logs_identity(tmp_path: Path) -> None:
+    from services.admin.audit import AuditEntry, AuditLog
+
+    path = tmp_path / "admin.db"
+    with sqlite3.connect(path) as connection:  # the audit table as the first schema made it, with an entry
+        connection.execute("CREATE TABLE audit (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, "
+                           "user TEXT NOT NULL, remote_ip TEXT NOT NULL, user_agent TEXT NOT NULL, "
+                           "action TEXT NOT NULL, topic TEXT NOT NULL, channel TEXT NOT NULL, node TEXT NOT NULL, result TEXT NOT NULL)")
+        connection.execute("INSERT INTO audit VALUES (NULL, 1.0, 'ops', 'ip', 'ua', 'pause_topic', 't', '', '', 'ok')")
+        connection.execute("PRAGMA user_version = 1")
+    connection.close()
+    store = await open_store(str(path))
+    try:
+        audit = AuditLog(store)
+        await audit.record(AuditEntry(2.0, "ops", "ip", "ua", "empty_topic", "t", identity="admin-service"))
+        assert [(entry.action, entry.identity) for entry in await audit.recent()] == [
+            ("empty_topic", "admin-service"), ("pause_topic", "")]
+    finally:
+        await store.close()
