@@ -526,3 +526,28 @@ def test_nsqd_asks_a_guarded_lookupd_for_a_new_topics_channels_with_its_secret(
                 assert any("AUTH_REQUIRED" in line for line in second.log_lines)
         finally:
             second.stop()
+
+
+def test_the_spark_connectors_since_creates_its_channel_from_history_with_subscribe_alone(
+        tmp_path: Path, auth_server: NSQDProcess) -> None:
+    from nsqspark.history import create_from_history
+    from nsqspark.options import parse_options
+
+    nsqd = start_nsqd(f"--auth-http-address=127.0.0.1:{auth_server.http_port}", "--http-auth-required",
+                      "--retention-time=1h", data_path=tmp_path)
+    try:
+        assert nsqd.http("POST", f"/topic/create?topic={TOPIC}", headers=bearer("operator"))[0] == 200
+        assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel=live", headers=bearer("subscriber"))[0] == 200
+        assert nsqd.http("POST", f"/mpub?topic={TOPIC}", b"one\ntwo\nthree", bearer("publisher"))[0] == 200
+        assert nsqd.http("POST", f"/channel/empty?topic={TOPIC}&channel=live", headers=bearer("operator"))[0] == 200
+        address = f"127.0.0.1:{nsqd.http_port}"
+        where = {"nsqd_tcp_address": f"127.0.0.1:{nsqd.tcp_port}", "nsqd_http_address": address}
+        anonymous = parse_options({**where, "topic": TOPIC, "channel": CHANNEL, "since": "earliest"},
+                                  need_channel=True)
+        with pytest.raises(OSError, match="401"):
+            create_from_history(anonymous)
+        subscriber = parse_options({**where, "topic": TOPIC, "channel": CHANNEL, "since": "earliest",
+                                    "auth_secret": "subscriber"}, need_channel=True)
+        assert create_from_history(subscriber) == 3
+    finally:
+        nsqd.stop()

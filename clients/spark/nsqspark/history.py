@@ -6,7 +6,8 @@ address and HTTP port, and each ``nsqd_http_address``) is asked ``POST /channel/
 does not exist yet is made already holding what the nsqd retains since then; one that exists (the query ran before,
 or another consumer made it) is left as it is. An nsqd that does not retain (or NSQ's own, which ignores ``since``)
 makes the channel empty. An nsqd found later, while the query runs, gets the channel from the first SUB, without
-history.
+history. The option ``auth_secret`` goes along as ``Authorization: Bearer``, for nsqds and lookupds that ask for one
+(``--http-auth-required``: creating a channel from history needs ``subscribe`` on it, as a SUB does).
 """
 
 from __future__ import annotations
@@ -54,8 +55,10 @@ def _nsqd_http_addresses(options: NSQOptions) -> set[str]:
 
 def _ask(method: str, address: str, path: str, options: NSQOptions, query: dict[str, str]) -> Any:
     base = address if address.startswith(("http://", "https://")) else f"http://{address}"
-    request = urllib.request.Request(f"{base.rstrip('/')}{path}?{urlencode(query)}", method=method,
-                                     headers={"Accept": "application/vnd.nsq; version=1.0"})
+    headers = {"Accept": "application/vnd.nsq; version=1.0"}
+    if options.auth_secret:
+        headers["Authorization"] = f"Bearer {options.auth_secret}"
+    request = urllib.request.Request(f"{base.rstrip('/')}{path}?{urlencode(query)}", method=method, headers=headers)
     try:
         with _OPENER.open(request, timeout=options.connect_timeout) as response:
             body = response.read()
