@@ -441,13 +441,19 @@ async def test_the_client_library_sends_its_secret_to_lookupd(guarded: dict[str,
     assert stats["topics"][0]["message_count"] == 1
 
 
-def test_nsq_stat_reads_a_guarded_cluster_with_a_secret_file(guarded: dict[str, NSQDProcess],
-                                                             tmp_path: Path) -> None:
+def with_a_channel(guarded: dict[str, NSQDProcess]) -> tuple[NSQDProcess, NSQDProcess]:
+    """The guarded nsqd with the topic and its channel, registered with the guarded lookupd; (nsqd, lookupd)."""
     nsqd, lookupd = guarded["nsqd"], guarded["nsqlookupd"]
     assert nsqd.http("POST", f"/topic/create?topic={TOPIC}", headers=bearer("operator"))[0] == 200
     assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}",
                      headers=bearer("subscriber"))[0] == 200
     wait_for(lambda: json.loads(lookupd.http("GET", f"/lookup?topic={TOPIC}")[2]).get("producers"), 10, "registered")
+    return nsqd, lookupd
+
+
+def test_nsq_stat_reads_a_guarded_cluster_with_a_secret_file(guarded: dict[str, NSQDProcess],
+                                                             tmp_path: Path) -> None:
+    _, lookupd = with_a_channel(guarded)
     secret = tmp_path / "secret"
     secret.write_text("subscriber\n")
     command = [sys.executable, "-m", "apps.nsq_stat", f"--topic={TOPIC}", f"--channel={CHANNEL}", "--count=1",
@@ -466,11 +472,7 @@ def test_nsq_stat_reads_a_guarded_cluster_with_a_secret_file(guarded: dict[str, 
 
 def test_the_admin_reaches_a_guarded_cluster_with_its_secret_and_says_who_refused_it(
         guarded: dict[str, NSQDProcess], tmp_path: Path) -> None:
-    nsqd, lookupd = guarded["nsqd"], guarded["nsqlookupd"]
-    assert nsqd.http("POST", f"/topic/create?topic={TOPIC}", headers=bearer("operator"))[0] == 200
-    assert nsqd.http("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}",
-                     headers=bearer("subscriber"))[0] == 200
-    wait_for(lambda: json.loads(lookupd.http("GET", f"/lookup?topic={TOPIC}")[2]).get("producers"), 10, "registered")
+    nsqd, lookupd = with_a_channel(guarded)
     secret = tmp_path / "secret"
     secret.write_text("everything")
     lookupd_flag = f"--lookupd-http-address=127.0.0.1:{lookupd.http_port}"
