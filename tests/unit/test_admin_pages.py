@@ -38,6 +38,7 @@ class Entry:
     channel: str = ""
     node: str = ""
     result: str = "ok"
+    identity: str = ""
 
 
 def common(active: str = "topics", **overrides: Any) -> dict[str, Any]:
@@ -547,8 +548,9 @@ def test_lookup_without_inactive_topics() -> None:
 def test_audit_page_newest_first() -> None:
     older = Entry(1_700_000_000.0, "alice", "10.0.0.1:5555", "curl/8", "pause_topic", "sample_topic")
     newer = Entry(1_700_000_060.0, "", "10.0.0.2:5555", "Mozilla", "delete_channel", "sample_topic",
-                  "sample_channel", "", "UPSTREAM_ERROR: boom")
+                  "sample_channel", "", "UPSTREAM_ERROR: boom", identity="ops-console")
     html = render("audit.html", active="audit", entries=[older, newer])
+    assert "<td>ops-console</td>" in html  # the auth server's name for the admin's secret
     assert html.index("delete_channel") < html.index("pause_topic")
     assert format_datetime(1_700_000_060.0) in html and format_datetime(1_700_000_000.0) in html
     assert '<span class="label label-error">UPSTREAM_ERROR: boom</span>' in html
