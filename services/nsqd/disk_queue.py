@@ -38,7 +38,7 @@ from .held_records import NOT_HELD, HeldRecords
 from .queue_cap import QueueCap
 from .disk_queue_meta import Positions
 from .segment_files import (MIN_RECORD, SIZE, SegmentFiles, SegmentReader, delete, read_span, recover_tail,
-                            write_whole)
+                            write_parts)
 
 log = logging.getLogger("nsqd")
 
@@ -112,11 +112,11 @@ class DiskQueue:
         if not payloads:
             return
         if len(payloads) == 1 and MIN_RECORD <= len(payloads[0]) <= self._max_record:
-            record = SIZE.pack(len(payloads[0])) + payloads[0]
-            if self._positions.write_pos + len(record) <= self._max_bytes_per_file:
+            size = 4 + len(payloads[0])
+            if self._positions.write_pos + size <= self._max_bytes_per_file:
                 if capped and self._capped:
-                    self._make_room(len(record))
-                self._write(record, 1)  # one message per request: the common case, kept short
+                    self._make_room(size)
+                self._write([SIZE.pack(len(payloads[0])), payloads[0]], 1)  # one message per request: kept short
                 return
         sizes = list(map(len, payloads))
         if min(sizes) < MIN_RECORD or max(sizes) > self._max_record:
@@ -126,7 +126,7 @@ class DiskQueue:
             self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
             # the common case, all in the current file: headers and payloads joined in one pass
-            self._write(b"".join(chain.from_iterable(zip(map(SIZE.pack, sizes), payloads))), len(payloads))
+            self._write(list(chain.from_iterable(zip(map(SIZE.pack, sizes), payloads))), len(payloads))
             return
         self._put_records([SIZE.pack(len(payload)) + payload for payload in payloads])
 
@@ -145,7 +145,7 @@ class DiskQueue:
         if self._capped:
             self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
-            self._write(b"".join(records), len(records))
+            self._write(records, len(records))
         else:
             self._put_records(records)
 
@@ -158,7 +158,7 @@ class DiskQueue:
                 if self._positions.write_pos > 0 and \
                         self._positions.write_pos + len(record) > self._max_bytes_per_file:
                     self._roll()
-                self._write(record, 1)
+                self._write([record], 1)
         except OSError:
             self._take_back(before, unsynced)
             raise
@@ -222,14 +222,14 @@ class DiskQueue:
                                                        or self._positions.write_pos >= ROLL_DRAINED_AT):
             self._start_fresh_file()
 
-    def _write(self, data: bytes, count: int) -> None:
-        if not data:
+    def _write(self, parts: list[bytes], count: int) -> None:  # parts: records, or their pieces (write_parts)
+        if not parts:
             return
-        write_whole(self._open_write_file(), data, self._positions.write_pos)
-        self._positions.write_pos += len(data)
+        size = write_parts(self._open_write_file(), parts, self._positions.write_pos)
+        self._positions.write_pos += size
         self._positions.depth += count
         self._unsynced += count
-        self._bytes += len(data)
+        self._bytes += size
 
     # -- the cap -----------------------------------------------------------------------------------------
 

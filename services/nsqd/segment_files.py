@@ -111,6 +111,31 @@ class SegmentReader:
         self._file.close()
 
 
+# parts at least this large on average are written as they are (writev) rather than joined first: a large body is
+# then copied once, by the kernel, not also into a joined buffer
+WRITEV_MIN_AVERAGE = 16384
+WRITEV_MAX_PARTS = 1024  # IOV_MAX on Linux
+
+
+def write_parts(fd: int, parts: list[bytes], start: int) -> int:
+    """``write_whole`` of the parts in order, joined or not; how many bytes."""
+    total = sum(map(len, parts))
+    if len(parts) == 1 or len(parts) > WRITEV_MAX_PARTS or total < WRITEV_MIN_AVERAGE * len(parts):
+        write_whole(fd, parts[0] if len(parts) == 1 else b"".join(parts), start)
+        return total
+    try:
+        written = os.writev(fd, parts)
+        if written < total:  # a short write (rare): the rest joined
+            rest = b"".join(parts)[written:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+    except OSError:
+        os.ftruncate(fd, start)
+        os.lseek(fd, start, os.SEEK_SET)
+        raise
+    return total
+
+
 def write_whole(fd: int, data: bytes, start: int) -> None:
     """Writes all of ``data`` at ``start``, the descriptor's position, or raises OSError having cut the file back
     to ``start``: no torn record left behind, and the next write goes where this one started (not after a hole)."""
