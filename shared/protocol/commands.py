@@ -108,10 +108,8 @@ class CommandParser(MagicFirst):
         super().__init__(magic)
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
-        # an unfinished command as the chunks it came in (joined once it is complete: one copy of a large body, not
-        # one per chunk and another to parse it), their length, and how many bytes it needs before parsing again
-        self._pending: list[bytes] = []
-        self._pending_size = 0
+        # an unfinished command, and how many bytes it needs before parsing it again is worth it
+        self._pending = bytearray()
         self._pending_needs = 0
         self._wait_until = 0
         # an MPUB whose messages are still arriving; the pending bytes then start at its next message
@@ -127,33 +125,20 @@ class CommandParser(MagicFirst):
             if instead is not None:
                 return instead
         if self.holding:
-            self._hold_back(data)
+            self._pending += data
             return []
         if self._pending:
-            self._hold_back(data)
-            if self._pending_size < self._pending_needs:
+            self._pending += data
+            if len(self._pending) < self._pending_needs:
                 return []
-            data = self._joined()
+            data = bytes(self._pending)
+            self._pending.clear()
         commands: list[Command] = []
         pos = self._parse(data, commands)
         if pos < len(data) and not self._stopped:
-            self._hold_back(data[pos:] if pos else data)
-            self._pending_needs = max(self._wait_until - pos, self._pending_size + 1)
+            self._pending += data[pos:]
+            self._pending_needs = max(self._wait_until - pos, len(self._pending) + 1)
         return commands
-
-    def pending(self) -> bytes:
-        """The bytes of the unfinished command (a copy: for tests that check what the parser holds)."""
-        return b"".join(self._pending)
-
-    def _hold_back(self, data: bytes) -> None:
-        self._pending.append(data)
-        self._pending_size += len(data)
-
-    def _joined(self) -> bytes:
-        """What is pending, as one bytes object, and nothing pending any more."""
-        joined = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-        self._pending, self._pending_size = [], 0
-        return joined
 
     def take_held(self) -> bytes:
         """The bytes received after an IDENTIFY, unparsed and forgotten here: the connection upgraded, and they
@@ -161,7 +146,9 @@ class CommandParser(MagicFirst):
         if not self.holding:
             return b""
         self.holding = False
-        return self._joined()
+        held = bytes(self._pending)
+        self._pending.clear()
+        return held
 
     def drop_held(self) -> int:
         """Forgets the bytes held after an IDENTIFY and goes on holding what comes next: the connection is about to

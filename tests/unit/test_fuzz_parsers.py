@@ -90,7 +90,7 @@ def test_v2_size_prefix_out_of_bounds_is_rejected_before_the_body(which: int, de
     if not 1 <= as_int32 <= LIMITS[which]:
         # rejected on the size alone: nothing of what follows is waited for or kept
         assert got and got[-1].error is not None and got[-1].error.code in ("E_BAD_BODY", "E_BAD_MESSAGE")
-        assert parser.feed(b"x" * trailer) == [] and parser.pending() == b""
+        assert parser.feed(b"x" * trailer) == [] and len(parser._pending) == 0
     check_v2(prefix + b"x" * trailer, cuts, cpu_seconds=2)
 
 
@@ -117,7 +117,7 @@ def test_v2_an_unfinished_mpub_holds_at_most_max_body_size() -> None:
         commands = parser.feed(size(MAX_MSG) + b"m" * MAX_MSG) if held else parser.feed(
             b"MPUB t\n" + size(MAX_BODY) + size(count) + size(MAX_MSG) + b"m" * MAX_MSG)
         if parser._partial_mpub is not None:
-            held = sum(len(message) for message in parser._partial_mpub.messages) + len(parser.pending())
+            held = sum(len(message) for message in parser._partial_mpub.messages) + len(parser._pending)
             assert held <= MAX_BODY, f"{held} bytes held for an MPUB declared as {MAX_BODY}"
         if commands:
             [command] = commands
