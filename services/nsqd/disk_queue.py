@@ -116,7 +116,7 @@ class DiskQueue:
             if self._positions.write_pos + size <= self._max_bytes_per_file:
                 if capped and self._capped:
                     self._make_room(size)
-                self._write([SIZE.pack(len(payloads[0])), payloads[0]], 1)  # one message per request: kept short
+                self._write([SIZE.pack(len(payloads[0])), payloads[0]], 1, size)  # one message per request
                 return
         sizes = list(map(len, payloads))
         if min(sizes) < MIN_RECORD or max(sizes) > self._max_record:
@@ -126,7 +126,7 @@ class DiskQueue:
             self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
             # the common case, all in the current file: headers and payloads joined in one pass
-            self._write(list(chain.from_iterable(zip(map(SIZE.pack, sizes), payloads))), len(payloads))
+            self._write(list(chain.from_iterable(zip(map(SIZE.pack, sizes), payloads))), len(payloads), total)
             return
         self._put_records([SIZE.pack(len(payload)) + payload for payload in payloads])
 
@@ -145,7 +145,7 @@ class DiskQueue:
         if self._capped:
             self._make_room(total)
         if self._positions.write_pos + total <= self._max_bytes_per_file:
-            self._write(records, len(records))
+            self._write(records, len(records), total)
         else:
             self._put_records(records)
 
@@ -158,7 +158,7 @@ class DiskQueue:
                 if self._positions.write_pos > 0 and \
                         self._positions.write_pos + len(record) > self._max_bytes_per_file:
                     self._roll()
-                self._write([record], 1)
+                self._write([record], 1, len(record))
         except OSError:
             self._take_back(before, unsynced)
             raise
@@ -222,10 +222,10 @@ class DiskQueue:
                                                        or self._positions.write_pos >= ROLL_DRAINED_AT):
             self._start_fresh_file()
 
-    def _write(self, parts: list[bytes], count: int) -> None:  # parts: records, or their pieces (write_parts)
+    def _write(self, parts: list[bytes], count: int, size: int) -> None:  # parts: records or their pieces, size bytes
         if not parts:
             return
-        size = write_parts(self._open_write_file(), parts, self._positions.write_pos)
+        write_parts(self._open_write_file(), parts, size, self._positions.write_pos)
         self._positions.write_pos += size
         self._positions.depth += count
         self._unsynced += count

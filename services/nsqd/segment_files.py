@@ -117,12 +117,11 @@ WRITEV_MIN_AVERAGE = 16384
 WRITEV_MAX_PARTS = 1024  # IOV_MAX on Linux
 
 
-def write_parts(fd: int, parts: list[bytes], start: int) -> int:
-    """``write_whole`` of the parts in order, joined or not; how many bytes."""
-    total = sum(map(len, parts))
+def write_parts(fd: int, parts: list[bytes], total: int, start: int) -> None:
+    """``write_whole`` of the parts in order (``total`` bytes, as the caller counted them), joined or not."""
     if len(parts) == 1 or len(parts) > WRITEV_MAX_PARTS or total < WRITEV_MIN_AVERAGE * len(parts):
         write_whole(fd, parts[0] if len(parts) == 1 else b"".join(parts), start)
-        return total
+        return
     try:
         written = os.writev(fd, parts)
         if written < total:  # a short write (rare): the rest joined
@@ -133,7 +132,6 @@ def write_parts(fd: int, parts: list[bytes], start: int) -> int:
         os.ftruncate(fd, start)
         os.lseek(fd, start, os.SEEK_SET)
         raise
-    return total
 
 
 def write_whole(fd: int, data: bytes, start: int) -> None:
