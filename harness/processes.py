@@ -212,10 +212,14 @@ def _fail_after(deadline: float, timeout: float, what: Description, answer: obje
 def start_nsqd(*args: str, data_path: Path | None = None, timeout: float = 15,
                program: list[str] | None = None, host: str = "127.0.0.1") -> NSQDProcess:
     """``nsqd`` on ``host`` with ports chosen by the kernel; ``args`` are extra flags. Without ``data_path`` its
-    data goes to a directory of its own, removed when it stops. ``program`` runs another nsqd that takes NSQ's
+    data goes to a directory of its own, removed when it stops. ``NSQD_TEST_WORKERS`` in the environment sets
+    ``--workers`` where ``args`` do not. ``program`` runs another nsqd that takes NSQ's
     flags (NSQ's own binary, for the benchmark's comparison) instead of this project's, or this one another way
     (in a network namespace, harness.netns, listening on that namespace's ``host``)."""
     scratch = Path(tempfile.mkdtemp(prefix="nsqd-")) if data_path is None else None
+    if program is None and (workers := os.environ.get("NSQD_TEST_WORKERS")) and not any(
+            arg.startswith("--workers") for arg in args):
+        args = (f"--workers={workers}", *args)
     try:
         started = _start("services.nsqd", [*_tcp_and_http(host), *args, f"--data-path={data_path or scratch}"],
                          ("TCP", "HTTP"), timeout, program, host)

@@ -21,10 +21,9 @@ from nsqclient.version import VERSION
 from shared.addresses import remove_unix_socket
 from shared.flags import secret_from_file
 from shared.http_server import HTTPService
-from shared.listeners import listen_tcp
 from shared.metrics import PrometheusEndpoint
 
-from . import atomic_file, http_listeners, identify, metadata, tls
+from . import atomic_file, http_listeners, identify, metadata, tls, workers
 from .busy_poll import BusyPoll
 from .channel import Channel
 from .client import Client, EndOfTurnFlush
@@ -70,7 +69,7 @@ class NSQD:
         self.tcp_address: tuple[str, int] = ("", 0)
         self.http_address: tuple[str, int] = ("", 0)
         self._client_ids = itertools.count(1)
-        self._tcp_server: asyncio.AbstractServer | None = None
+        self._tcp_server: workers.Listener | None = None
         # the HTTP and HTTPS listeners, each with the service that holds its connections
         self._http_servers: list[tuple[asyncio.AbstractServer, HTTPService]] = []
         self.https_address: tuple[str, int] = ("", 0)
@@ -121,8 +120,7 @@ class NSQD:
         self._sync_task = asyncio.create_task(self._sync_disk_queues(), name="disk-sync")
         self._retention_task = asyncio.create_task(self.retention.run(), name="retention")
         context = self._tcp_context
-        self._tcp_server, self.tcp_address = await listen_tcp(self.opts.tcp_address,
-                                                              lambda: ConnectionV2(self, context), log, unix=True)
+        self._tcp_server, self.tcp_address = await workers.listen(self.opts, lambda: ConnectionV2(self, context), log)
         self._http_servers = await http_listeners.listen(self)
         gc.callbacks.append(self.gc_pauses)
         await self.set_lookupd_addresses(self.opts.nsqlookupd_tcp_addresses)

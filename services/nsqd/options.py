@@ -31,6 +31,8 @@ class Options(ProgramOptions):
     worker_id: int = option(0, "[deprecated] use --node-id")
 
     tcp_address: str = option("0.0.0.0:4150", "<addr>:<port> to listen on for TCP clients")
+    workers: int = option(1, "processes that hold the TCP clients' connections (and their TLS), relaying them to "
+                             "the one that holds the queues; 1: that one holds them too")
     http_address: str = option("0.0.0.0:4151", "<addr>:<port> to listen on for HTTP clients")
     https_address: str = option("0.0.0.0:4152", "<addr>:<port> to listen on for HTTPS clients")
     broadcast_address: str = option(socket.gethostname(), "address that will be registered with lookupd")
@@ -184,6 +186,8 @@ class Options(ProgramOptions):
         if self.tls_required != "false" and not (self.tls_cert and self.tls_key):
             raise FlagError("cannot require TLS client connections without TLS key and cert")
         self._validate_lookupd_tls()
+        if self.workers < 1:
+            raise FlagError("--workers must be >= 1")
         if self.mem_queue_size < 0:
             raise FlagError("--mem-queue-size must be >= 0")
         if not 0 <= self.max_attempts <= 65535:

@@ -37,6 +37,7 @@ from .compressed_input import CompressedInput
 from .heartbeat import Heartbeats
 from .listener_context import Broker, ListenerContext
 from .publish_answers import PublishAnswers
+from .relayed import RelayedTransport
 
 if TYPE_CHECKING:
     from shared.auth_reply import AuthState
@@ -119,13 +120,19 @@ class ConnectionV2(asyncio.Protocol):
     async def switch_to_tls(self, handshake_timeout: float) -> bool:
         context = self.context.tls_context
         assert context is not None
-        try:
-            transport = await self._loop.start_tls(self.transport, self, context, server_side=True,
-                                                   ssl_handshake_timeout=handshake_timeout)
-        except (OSError, ssl.SSLError, TimeoutError) as error:
-            log.error("[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake - %s", self.client, error)
-            self.transport.abort()
-            return False
+        if isinstance(self.transport, RelayedTransport):  # the worker holding the socket hand-shakes
+            if not await self.transport.start_tls(handshake_timeout):
+                log.error("[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake", self.client)
+                return False
+            transport: asyncio.Transport | None = self.transport
+        else:
+            try:
+                transport = await self._loop.start_tls(self.transport, self, context, server_side=True,
+                                                       ssl_handshake_timeout=handshake_timeout)
+            except (OSError, ssl.SSLError, TimeoutError) as error:
+                log.error("[%s] - E_IDENTIFY_FAILED IDENTIFY failed TLS handshake - %s", self.client, error)
+                self.transport.abort()
+                return False
         if transport is None:
             return False
         self.transport = transport
