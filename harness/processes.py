@@ -109,6 +109,13 @@ class NSQDProcess(Service):
             shutil.rmtree(self.scratch, ignore_errors=True)
         return self.process.returncode
 
+    def pids(self) -> list[int]:
+        """The process's pid, then its children's (nsqd's ``--workers``)."""
+        children: list[int] = []
+        for task in Path(f"/proc/{self.process.pid}/task").glob("*/children"):
+            children += [int(pid) for pid in task.read_text().split()]
+        return [self.process.pid, *children]
+
     def __post_init__(self) -> None:
         # read the log as it comes: a full pipe would block nsqd in its next log write
         self._log_reader = threading.Thread(target=self._read_log, daemon=True)

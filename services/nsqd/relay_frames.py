@@ -16,8 +16,8 @@ HEADER_SIZE = HEADER.size
 OPENED = 1  # a client connected; payload: its address (``host:port``, or the unix socket's path)
 RECEIVED = 2  # bytes the client sent
 CLOSED = 3  # the connection is gone
-WRITE_PAUSED = 4  # the client's send buffer is full; payload: how many bytes wait in it (8 bytes)
-WRITE_RESUMED = 5  # it drained
+DRAINED = 4  # what was sent before the matching ASK_DRAINED is written, or nearly (the buffer is below its low mark)
+READY = 5  # (connection 0) the worker accepts clients
 TLS_STARTED = 6  # the handshake asked by START_TLS ended; payload: the session (``tls_session``), empty if it failed
 
 # nsqd → worker
@@ -28,21 +28,28 @@ PAUSE_READING = 14
 RESUME_READING = 15
 START_TLS = 16  # hand-shake TLS once what was sent before is written; payload: the timeout in ms (4 bytes)
 STOP_ACCEPTING = 17  # (connection 0) nsqd stops: accept no more clients
+ASK_DRAINED = 18  # answer DRAINED once what was sent so far is written
+CONSUMED = 19  # how many of the client's bytes nsqd has taken in so far (8 bytes); the worker reads ahead of it only
+#                so far (``INPUT_WINDOW``)
 
-_SIZE = struct.Struct(">Q")
 _TIMEOUT = struct.Struct(">I")
+_COUNT = struct.Struct(">Q")
+
+# what a worker reads of a client beyond what nsqd took in; nsqd says what it took in every ``CONSUMED_EVERY`` bytes
+INPUT_WINDOW = 256 * 1024
+CONSUMED_EVERY = 64 * 1024
 
 
 def frame(kind: int, connection: int, payload: bytes = b"") -> bytes:
     return HEADER.pack(len(payload), kind, connection) + payload
 
 
-def size_payload(size: int) -> bytes:
-    return _SIZE.pack(size)
+def count_payload(count: int) -> bytes:
+    return _COUNT.pack(count)
 
 
-def read_size(payload: bytes) -> int:
-    return int(_SIZE.unpack(payload)[0])
+def read_count(payload: bytes) -> int:
+    return int(_COUNT.unpack(payload)[0])
 
 
 def timeout_payload(seconds: float) -> bytes:

@@ -34,7 +34,14 @@ class ClientSocket(asyncio.Protocol):
         self.link = link
         self.id = connection_id
         self.transport: asyncio.Transport
+        # reading stops while nsqd asks, while the link to nsqd is full, or while nsqd has not taken in most of
+        # what was read (``INPUT_WINDOW``)
         self.paused_by_nsqd = False
+        self.forwarded = self.consumed = 0
+        self.reading = True
+        # while the send buffer is above its high mark, nsqd's questions wait for it to drain (``ask_drained``)
+        self.write_paused = False
+        self.drains_asked = 0
         self.gone = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -43,22 +50,43 @@ class ClientSocket(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         address = join_host_port(peer[0], peer[1]) if isinstance(peer, tuple) else str(peer or "")
         self.link.send(frames.OPENED, self.id, address.encode())
-        if self.link.reading_paused:
-            self.transport.pause_reading()
+        self.apply_reading()
 
     def data_received(self, data: bytes) -> None:
         self.link.send(frames.RECEIVED, self.id, data)
+        self.forwarded += len(data)
+        if self.forwarded - self.consumed > frames.INPUT_WINDOW:
+            self.apply_reading()
+
+    def apply_reading(self) -> None:
+        reading = not (self.paused_by_nsqd or self.link.reading_paused
+                       or self.forwarded - self.consumed > frames.INPUT_WINDOW)
+        if reading != self.reading:
+            self.reading = reading
+            if reading:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.link.clients.pop(self.id, None)
         self.link.send(frames.CLOSED, self.id, b"")
         self.gone.set_result(None)
 
+    def ask_drained(self) -> None:
+        if self.write_paused:
+            self.drains_asked += 1
+        else:
+            self.link.send(frames.DRAINED, self.id, b"")
+
     def pause_writing(self) -> None:
-        self.link.send(frames.WRITE_PAUSED, self.id, frames.size_payload(self.transport.get_write_buffer_size()))
+        self.write_paused = True
 
     def resume_writing(self) -> None:
-        self.link.send(frames.WRITE_RESUMED, self.id, b"")
+        self.write_paused = False
+        for _ in range(self.drains_asked):
+            self.link.send(frames.DRAINED, self.id, b"")
+        self.drains_asked = 0
 
     async def start_tls(self, context: ssl.SSLContext, timeout: float) -> None:
         loop = asyncio.get_running_loop()
@@ -121,13 +149,17 @@ class NSQDLink(asyncio.Protocol):
                 client.transport.close()
             elif kind == frames.ABORT:
                 client.transport.abort()
+            elif kind == frames.CONSUMED:
+                client.consumed = frames.read_count(payload)
+                client.apply_reading()
             elif kind == frames.PAUSE_READING:
                 client.paused_by_nsqd = True
-                client.transport.pause_reading()
+                client.apply_reading()
             elif kind == frames.RESUME_READING:
                 client.paused_by_nsqd = False
-                if not self.reading_paused:
-                    client.transport.resume_reading()
+                client.apply_reading()
+            elif kind == frames.ASK_DRAINED:
+                client.ask_drained()
             elif kind == frames.START_TLS:
                 self._start_tls(client, frames.read_timeout(payload))
 
@@ -142,13 +174,12 @@ class NSQDLink(asyncio.Protocol):
     def pause_writing(self) -> None:
         self.reading_paused = True
         for client in self.clients.values():
-            client.transport.pause_reading()
+            client.apply_reading()
 
     def resume_writing(self) -> None:
         self.reading_paused = False
         for client in self.clients.values():
-            if not client.paused_by_nsqd:
-                client.transport.resume_reading()
+            client.apply_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
@@ -172,6 +203,7 @@ async def serve(listen_fd: int, link_fd: int, settings: dict[str, Any]) -> None:
         link.server = await loop.create_unix_server(client, sock=listening)
     else:
         link.server = await loop.create_server(client, sock=listening)
+    link.send(frames.READY, 0, b"")
     await link.closed
     link.server.close()
     clients = list(link.clients.values())

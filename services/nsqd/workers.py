@@ -54,6 +54,7 @@ class WorkerLink(asyncio.Protocol):
         self._out: list[bytes] = []
         self._loop = asyncio.get_running_loop()
         self.transports: dict[int, RelayedTransport] = {}
+        self.ready: asyncio.Future[None] = self._loop.create_future()
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self._socket: asyncio.Transport
 
@@ -76,23 +77,19 @@ class WorkerLink(asyncio.Protocol):
         transports = self.transports
         for kind, connection, payload in self._reader.feed(data):
             if kind == frames.RECEIVED:
-                transports[connection].protocol.data_received(payload)
+                transports[connection].received(payload)
             elif kind == frames.OPENED:
                 transport = transports[connection] = RelayedTransport(connection, payload.decode(), self.send)
                 transport.protocol = self._new_connection()
                 transport.protocol.connection_made(transport)  # type: ignore[arg-type]
             elif kind == frames.CLOSED:
                 self._lost(transports.pop(connection))
-            elif kind == frames.WRITE_PAUSED:
-                transport = transports[connection]
-                transport.write_buffer_size = frames.read_size(payload)
-                transport.protocol.pause_writing()
-            elif kind == frames.WRITE_RESUMED:
-                transport = transports[connection]
-                transport.write_buffer_size = 0
-                transport.protocol.resume_writing()
+            elif kind == frames.DRAINED:
+                transports[connection].drained()
             elif kind == frames.TLS_STARTED:
                 transports[connection].tls_started(payload)
+            elif kind == frames.READY:
+                self.ready.set_result(None)
 
     def _lost(self, transport: RelayedTransport) -> None:
         transport.lost()
@@ -101,11 +98,11 @@ class WorkerLink(asyncio.Protocol):
     def pause_writing(self) -> None:
         # the worker is not keeping up with what nsqd sends: its clients get nothing more until it does
         for transport in self.transports.values():
-            transport.protocol.pause_writing()
+            transport.set_link_paused(True)
 
     def resume_writing(self) -> None:
         for transport in self.transports.values():
-            transport.protocol.resume_writing()
+            transport.set_link_paused(False)
 
     def connection_lost(self, exc: Exception | None) -> None:
         transports, self.transports = self.transports, {}
@@ -113,6 +110,8 @@ class WorkerLink(asyncio.Protocol):
             self._lost(transport)
         if not self.closed.done():
             self.closed.set_result(None)
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionError("the worker exited before it was ready"))
 
     def stop_accepting(self) -> None:
         self.send(frames.STOP_ACCEPTING, 0, b"")
@@ -150,6 +149,12 @@ class Workers:
         while not self._stopping:
             began = loop.time()
             link = await self._spawn(index)
+            try:
+                await link.ready
+            except ConnectionError as error:
+                if not started.done():  # at start nsqd fails rather than waiting for a worker that cannot run
+                    started.set_exception(error)
+                    return
             if not started.done():
                 started.set_result(None)
             await link.closed

@@ -10,7 +10,7 @@ from services.nsqd.relay_frames import FrameError, FrameReader
 
 def test_frames_come_out_whole_however_the_bytes_are_cut() -> None:
     sent = [(frames.OPENED, 7, b"127.0.0.1:5000"), (frames.RECEIVED, 7, b"PUB t\n" + b"\0\0\0\x01x"),
-            (frames.WRITE_RESUMED, 7, b""), (frames.RECEIVED, 1 << 31, b"x" * 70_000), (frames.CLOSED, 7, b"")]
+            (frames.DRAINED, 7, b""), (frames.RECEIVED, 1 << 31, b"x" * 70_000), (frames.CLOSED, 7, b"")]
     stream = b"".join(frames.frame(*each) for each in sent)
     for cut in (1, 2, 5, 8, 9, 10, 13, 4096, len(stream)):
         reader = FrameReader()
@@ -35,6 +35,6 @@ def test_a_length_beyond_the_bound_is_refused() -> None:
 
 
 def test_payload_helpers_round_trip() -> None:
-    assert frames.read_size(frames.size_payload(5 << 33)) == 5 << 33
+    assert frames.read_count(frames.count_payload(5 << 33)) == 5 << 33
     assert frames.read_timeout(frames.timeout_payload(2.5)) == 2.5
     assert frames.read_timeout(frames.timeout_payload(-1)) == 0
