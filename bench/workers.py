@@ -53,7 +53,8 @@ def run_load(pool: ProcessPoolExecutor, nsqd: NSQDProcess, load_name: str, durat
         output = subprocess.run(
             [bench_writer, f"--nsqd-tcp-address={nsqd.tcp_address_text}", f"--topic={TOPIC}", f"--size={SIZE}",
              f"--batch-size={batch}", f"--runfor={duration}s"],
-            env={**os.environ, "GOMAXPROCS": str(connections)}, capture_output=True, text=True, check=True).stdout
+            env={**os.environ, "GOMAXPROCS": str(connections)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, check=True).stdout
         match = re.search(r"duration: ([\d.]+)s - [\d.]+mb/s - ([\d.]+)ops/s", output)
         assert match, output
         seconds = float(match.group(1))
