@@ -58,7 +58,7 @@ def run_load(pool: ProcessPoolExecutor, nsqd: NSQDProcess, load_name: str, durat
         match = re.search(r"duration: ([\d.]+)s - [\d.]+mb/s - ([\d.]+)ops/s", output)
         assert match, output
         seconds = float(match.group(1))
-        messages = int(float(match.group(2)) * seconds) * batch
+        messages = int(float(match.group(2)) * seconds)  # bench_writer counts messages, not requests
     spent = [cpu_seconds(pid) - was for pid, was in zip(pids, before)]
     return messages / seconds, sum(spent) / messages * 1e6, spent[0] / messages * 1e6
 

@@ -245,7 +245,7 @@ def shapes(commands: list[Command]) -> list[Shape]:
 def v2_buffer(parser: CommandParser) -> tuple[int, int]:
     """Bytes the V2 parser holds and the most it may hold: the unfinished command's line, its size fields and a
     body within the limit (or, inside an MPUB, one message and its size)."""
-    pending = parser._pending
+    pending = b"".join(parser._pending)
     if parser._partial_mpub is not None:
         return len(pending), 4 + parser.max_msg_size
     newline = pending.find(b"\n")

@@ -26,7 +26,7 @@ from shared.addresses import listening_socket, listening_unix_socket
 from shared.listeners import listen_tcp
 
 from . import relay_frames as frames
-from .relay_frames import FrameReader
+from .relay_frames import FrameError, FrameReader
 from .relayed import RelayedTransport
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ log = logging.getLogger("nsqd")
 
 _FIRST_BACKOFF = 0.1
 _MAX_BACKOFF = 10.0
-# a worker that ran this long before dying is started again without waiting
+# a worker that ran this long before dying is started again after the first pause, not a doubled one
 _STABLE_AFTER = 30.0
 # how long a stopping nsqd waits for its workers to write what it sent and exit
 _STOP_TIMEOUT = 10.0
@@ -74,8 +74,14 @@ class WorkerLink(asyncio.Protocol):
             self._socket.write(b"".join(out))
 
     def data_received(self, data: bytes) -> None:
+        try:
+            received = self._reader.feed(data)
+        except FrameError as error:  # not a worker of ours, or a bug: its clients are better disconnected
+            log.error("worker link: %s; closing it", error)
+            self._socket.abort()
+            return
         transports = self.transports
-        for kind, connection, payload in self._reader.feed(data):
+        for kind, connection, payload in received:
             if kind == frames.RECEIVED:
                 transports[connection].received(payload)
             elif kind == frames.OPENED:

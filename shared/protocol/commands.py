@@ -108,8 +108,10 @@ class CommandParser(MagicFirst):
         super().__init__(magic)
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
-        # an unfinished command, and how many bytes it needs before parsing it again is worth it
-        self._pending = bytearray()
+        # an unfinished command as the pieces it arrived in (joined once it is worth parsing again: a large message
+        # is then copied once, not once per piece), their length, and the length it needs for that
+        self._pending: list[bytes] = []
+        self._pending_size = 0
         self._pending_needs = 0
         self._wait_until = 0
         # an MPUB whose messages are still arriving; the pending bytes then start at its next message
@@ -125,20 +127,31 @@ class CommandParser(MagicFirst):
             if instead is not None:
                 return instead
         if self.holding:
-            self._pending += data
+            self._keep_pending(data)
             return []
         if self._pending:
-            self._pending += data
-            if len(self._pending) < self._pending_needs:
+            self._keep_pending(data)
+            if self._pending_size < self._pending_needs:
                 return []
-            data = bytes(self._pending)
-            self._pending.clear()
+            data = self._take_pending()
         commands: list[Command] = []
         pos = self._parse(data, commands)
         if pos < len(data) and not self._stopped:
-            self._pending += data[pos:]
-            self._pending_needs = max(self._wait_until - pos, len(self._pending) + 1)
+            self._keep_pending(data[pos:])
+            self._pending_needs = max(self._wait_until - pos, self._pending_size + 1)
         return commands
+
+    def _keep_pending(self, data: bytes) -> None:
+        # kept beyond this call: a caller's reusable buffer is copied
+        self._pending.append(data if data.__class__ is bytes else bytes(data))
+        self._pending_size += len(data)
+
+    def _take_pending(self) -> bytes:
+        pending = self._pending
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        self._pending = []
+        self._pending_size = 0
+        return data
 
     def take_held(self) -> bytes:
         """The bytes received after an IDENTIFY, unparsed and forgotten here: the connection upgraded, and they
@@ -146,9 +159,7 @@ class CommandParser(MagicFirst):
         if not self.holding:
             return b""
         self.holding = False
-        held = bytes(self._pending)
-        self._pending.clear()
-        return held
+        return self._take_pending()
 
     def drop_held(self) -> int:
         """Forgets the bytes held after an IDENTIFY and goes on holding what comes next: the connection is about to
