@@ -24,6 +24,7 @@ import compileall
 import json
 import multiprocessing
 import os
+import shlex
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -102,8 +103,10 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per publishing phase")
     parser.add_argument("--nsqd-args", default="", help="extra nsqd flags (the headline uses none)")
     parser.add_argument("--skip-ceiling", action="store_true", help="do not measure the generators' ceilings")
-    parser.add_argument("--compare-with", metavar="NSQD", default="",
-                        help="then the same phases against another nsqd binary (NSQ's own), for the ratio")
+    parser.add_argument("--compare-with", metavar="NSQD", action="append", default=[],
+                        help="then the same phases against another nsqd (NSQ's own binary; a command line such as "
+                             "'env GOMAXPROCS=1 .../nsqd' too), for the ratio; may be given more than once (Go's "
+                             "nsqd at its defaults, the headline, then on one core)")
     parser.add_argument("--without-channel", action="store_true",
                         help="then the phases again with no channel while publishing (the topic keeps the backlog)")
     parser.add_argument("--no-replication", action="store_true",
@@ -127,11 +130,15 @@ def main() -> None:
     try:
         for with_channel in (True, False) if args.without_channel else (True,):
             ours = run_nsqd(pool, args.nsqd_args.split(), args.duration, with_channel=with_channel)
-            if args.compare_with:
-                theirs = run_nsqd(pool, args.nsqd_args.split(), args.duration, [args.compare_with], with_channel)
-                print(f"-- this nsqd against {args.compare_with}")
-                for mine, other in zip(ours, theirs):
-                    print(f"{mine['name']:<46} {mine['rate'] / other['rate'] if other['rate'] else 0:>12.2f}x")
+            others = [(other, run_nsqd(pool, args.nsqd_args.split(), args.duration, shlex.split(other), with_channel))
+                      for other in args.compare_with]
+            for other, theirs in others:
+                print(f"-- this nsqd against {other}: the rate's ratio, and the CPU per message's")
+                for mine, their in zip(ours, theirs):
+                    cpu = (mine["cpu_per_million"] / their["cpu_per_million"]
+                           if mine["cpu_per_million"] and their["cpu_per_million"] else 0)
+                    print(f"{mine['name']:<46} {mine['rate'] / their['rate'] if their['rate'] else 0:>12.2f}x "
+                          f"the rate, {cpu:.2f}x the CPU")
         if not args.no_replication:
             run_replicated(pool, args.duration, ours)
         if args.disk:
@@ -148,6 +155,7 @@ def run_nsqd(pool: ProcessPoolExecutor, flags: list[str], duration: float, progr
     with tempfile.TemporaryDirectory() as data_path:
         nsqd = start_nsqd(*flags, data_path=Path(data_path), program=program)
         pid = nsqd.process.pid
+        pids = nsqd.pids()  # with --workers, its workers' CPU counts too
         try:
             if with_channel:
                 nsqd.http("POST", f"/topic/create?topic={TOPIC}")
@@ -157,7 +165,7 @@ def run_nsqd(pool: ProcessPoolExecutor, flags: list[str], duration: float, progr
             topic = "the topic's channel in place" if with_channel else "no channel while publishing"
             print(f"-- {program[0] if program else 'nsqd'} {settings}, {topic} (pid {pid}): "
                   f"idle RSS {rss_mib(pid):.1f} MiB")
-            rows = run_phases(pool, nsqd, pid, duration)
+            rows = run_phases(pool, nsqd, pids, duration)
             print(f"-- nsqd RSS after the run {rss_mib(pid):.1f} MiB")
             return rows
         finally:
@@ -240,7 +248,8 @@ def measure_ceilings(pool: ProcessPoolExecutor) -> None:
     process.join()
 
 
-def run_phases(pool: ProcessPoolExecutor, nsqd: NSQDProcess, pid: int, duration: float) -> list[dict[str, Any]]:
+def run_phases(pool: ProcessPoolExecutor, nsqd: NSQDProcess, pid: int | list[int],
+               duration: float) -> list[dict[str, Any]]:
     address, http = nsqd.tcp_address, ("127.0.0.1", nsqd.http_port)
     rows = [
         measure("(b) PUB, 200 B, 2 conns, each awaiting its OK", pid,
