@@ -43,6 +43,7 @@ COMPILED = [
     "services/nsqd/publish_answers.py",
     "services/nsqd/relay_frames.py",
     "services/nsqd/relayed.py",
+    "services/nsqd/relay_link.py",
     "services/nsqd/workers.py",
     "services/nsqd/worker.py",
     "services/nsqd/compressed_input.py",

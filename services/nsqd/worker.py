@@ -20,7 +20,7 @@ from nsqclient.event_loop import install_uvloop
 from shared.tls import server_context
 
 from . import relay_frames as frames
-from .relay_frames import FrameReader
+from .relay_link import RelayLink
 from .relayed import tls_session
 
 # how long the clients of a worker whose nsqd is gone get to take what was written to them
@@ -103,39 +103,21 @@ class ClientSocket(asyncio.Protocol):
         self.link.send(frames.TLS_STARTED, self.id, tls_session(transport.get_extra_info("ssl_object")))
 
 
-class NSQDLink(asyncio.Protocol):
+class NSQDLink(RelayLink):
     """The socket to nsqd: clients' bytes out, once per turn; nsqd's frames in, each to its client."""
 
     def __init__(self, tls_context: ssl.SSLContext | None) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._reader = FrameReader()
-        self._out: list[bytes] = []
+        super().__init__()
         self._tls_context = tls_context
         self._tls_tasks: set[asyncio.Task[None]] = set()
         self.clients: dict[int, ClientSocket] = {}
         self.reading_paused = False  # nsqd does not keep up: no client is read from
         self.server: asyncio.AbstractServer | None = None
         self.closed = self._loop.create_future()
-        self._socket: asyncio.Transport
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._socket = transport  # type: ignore[assignment]
-
-    def send(self, kind: int, connection: int, payload: bytes) -> None:
-        if not self._out:
-            self._loop.call_soon(self._flush)
-        self._out.append(frames.HEADER.pack(len(payload), kind, connection))
-        if payload:
-            self._out.append(payload)
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if not self._socket.is_closing():
-            self._socket.write(b"".join(out))
-
-    def data_received(self, data: bytes) -> None:
+    def frames_received(self, received: list[tuple[int, int, bytes]]) -> None:
         clients = self.clients
-        for kind, connection, payload in self._reader.feed(data):
+        for kind, connection, payload in received:
             client = clients.get(connection)
             if kind == frames.SEND:
                 if client is not None:

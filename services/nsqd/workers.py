@@ -26,7 +26,7 @@ from shared.addresses import listening_socket, listening_unix_socket
 from shared.listeners import listen_tcp
 
 from . import relay_frames as frames
-from .relay_frames import FrameError, FrameReader
+from .relay_link import RelayLink
 from .relayed import RelayedTransport
 
 if TYPE_CHECKING:
@@ -45,41 +45,17 @@ _STOP_TIMEOUT = 10.0
 _WORKER_MAIN = "import sys; from services.nsqd.worker import main; main(sys.argv[1:])"
 
 
-class WorkerLink(asyncio.Protocol):
+class WorkerLink(RelayLink):
     """nsqd's end of the socket to one worker: frames in, each to its connection; frames out, once per turn."""
 
     def __init__(self, new_connection: Callable[[], ConnectionV2]) -> None:
+        super().__init__()
         self._new_connection = new_connection
-        self._reader = FrameReader()
-        self._out: list[bytes] = []
-        self._loop = asyncio.get_running_loop()
         self.transports: dict[int, RelayedTransport] = {}
         self.ready: asyncio.Future[None] = self._loop.create_future()
         self.closed: asyncio.Future[None] = self._loop.create_future()
-        self._socket: asyncio.Transport
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._socket = transport  # type: ignore[assignment]
-
-    def send(self, kind: int, connection: int, payload: bytes) -> None:
-        if not self._out:
-            self._loop.call_soon(self._flush)
-        self._out.append(frames.HEADER.pack(len(payload), kind, connection))
-        if payload:
-            self._out.append(payload)
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if not self._socket.is_closing():
-            self._socket.write(b"".join(out))
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            received = self._reader.feed(data)
-        except FrameError as error:  # not a worker of ours, or a bug: its clients are better disconnected
-            log.error("worker link: %s; closing it", error)
-            self._socket.abort()
-            return
+    def frames_received(self, received: list[tuple[int, int, bytes]]) -> None:
         transports = self.transports
         for kind, connection, payload in received:
             if kind == frames.RECEIVED:
@@ -124,7 +100,7 @@ class WorkerLink(asyncio.Protocol):
 
     def close(self) -> None:
         """Once every frame sent so far is written: the worker then writes them out and exits."""
-        self._flush()
+        self.flush()
         self._socket.close()
 
 
