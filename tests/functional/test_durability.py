@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd
+from harness.processes import FAST_SCAN, NSQDProcess, start_nsqd, wait_for_async
 from harness.wire import WireClient
 from nsqclient.protocol.frames import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, Frame, encode_mpub
 
@@ -143,6 +143,10 @@ async def test_an_ephemeral_channel_at_mem_queue_size_0_delivers_without_a_disk(
     try:
         consumer = await WireClient.connect(nsqd.tcp_address)
         await consumer.subscribe("t", "c#ephemeral", rdy=10)
+        # RDY has no reply: a message published before nsqd read it would find no room, and an ephemeral channel
+        # without a disk drops what finds none (relayed through a worker, RDY takes a hop longer)
+        await wait_for_async(lambda: (nsqd.channel_stats("t", "c#ephemeral").get("clients") or [{}])[0].get(
+            "ready_count") == 10, what="the consumer's RDY 10 in nsqd")
         assert nsqd.http("POST", "/pub?topic=t", b"hello")[0] == 200
         message = await consumer.read_message(timeout=5)
         assert message.body == b"hello"
