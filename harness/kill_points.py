@@ -48,6 +48,15 @@ class KillPoint:
 
 def socket_to(pid: int, port: int) -> str:
     """The path (``socket:[<inode>]``) of the TCP connection process ``pid`` holds to ``port`` on IPv4 loopback."""
+    return f"socket:[{_connection_to(pid, port)[0]}]"
+
+
+def local_port_to(pid: int, port: int) -> int:
+    """This end's port of the TCP connection process ``pid`` holds to ``port`` on IPv4 loopback."""
+    return _connection_to(pid, port)[1]
+
+
+def _connection_to(pid: int, port: int) -> tuple[str, int]:
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -58,7 +67,7 @@ def socket_to(pid: int, port: int) -> str:
             inodes.add(target[len("socket:["):-1])
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        remote_port, inode = int(fields[2].split(":")[1], 16), fields[9]
+        local_port, remote_port, inode = int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16), fields[9]
         if remote_port == port and inode in inodes:
-            return f"socket:[{inode}]"
+            return inode, local_port
     raise AssertionError(f"process {pid} has no connection to port {port}")

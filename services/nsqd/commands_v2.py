@@ -20,6 +20,7 @@ handlers are plain functions, so a producer's PUB passes through no further laye
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from nsqclient.protocol.frames import CLOSE_WAIT, OK
@@ -143,24 +144,39 @@ def publish(connection: Connection, request: Publish) -> Reply:
     except TopicError as error:
         raise FatalClientError(f"E_{request.command}_FAILED", f"{request.command} failed {error}") from None
     if replicated is not None:
-        return _once_replicated(connection, request, topic, replicated)
+        return _once_replicated(connection, request, topic, asyncio.ensure_future(replicated))
     connection.client.published(request.topic, len(request.bodies))
     return topic.when_started(OK)
 
 
-async def _once_replicated(connection: Connection, request: Publish, topic: Topic,
-                           replicated: Awaitable[None]) -> bytes | None:
-    """OK once the mirrors hold the publish; too few copies fail it as a refused write does."""
-    try:
-        await replicated
-    except ReplicationError as error:
-        raise FatalClientError(f"E_{request.command}_FAILED", f"{request.command} failed {error}") from None
-    connection.client.published(request.topic, len(request.bodies))
-    return await _answer(topic.when_started(OK))
+def _once_replicated(connection: Connection, request: Publish, topic: Topic,
+                     replicated: asyncio.Future[None]) -> asyncio.Future[bytes]:
+    """OK once the mirrors hold the publish; too few copies fail it as a refused write does. Callbacks rather than
+    a task: a task per publish would cost as much again as the rest of the wait."""
+    answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 
+    def copied(_: asyncio.Future[None]) -> None:
+        if answer.done():  # cancelled: the connection went away
+            return
+        if replicated.cancelled():
+            answer.cancel()
+            return
+        error = replicated.exception()
+        if isinstance(error, ReplicationError):
+            answer.set_exception(FatalClientError(f"E_{request.command}_FAILED", f"{request.command} failed {error}"))
+        elif error is not None:
+            answer.set_exception(error)
+        else:
+            connection.client.published(request.topic, len(request.bodies))
+            reply = topic.when_started(OK)
+            if isinstance(reply, bytes):
+                answer.set_result(reply)
+            else:
+                asyncio.ensure_future(reply).add_done_callback(
+                    lambda started: None if answer.done() else answer.set_result(started.result()))
 
-async def _answer(reply: bytes | Awaitable[bytes]) -> bytes:
-    return reply if isinstance(reply, bytes) else await reply
+    replicated.add_done_callback(copied)
+    return answer
 
 
 def create_topic(connection: Connection, request: CreateTopic) -> None:

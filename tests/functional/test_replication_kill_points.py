@@ -1,6 +1,6 @@
 """kill -9 at the worst moments of replication (harness.kill_points: strace kills the process on a chosen system call,
 which then never runs): the origin after its own write of an MPUB and before every mirror acknowledged it, the origin
-in the middle of recording a run of FINs, and a mirror while it applies a record. Three nsqd at
+in the middle of recording a run of FINs, and a mirror as it acknowledges a record it applied. Three nsqd at
 --replication-factor=3 on loopback, every message through the disk (--mem-queue-size=0). In each, every acknowledged
 message is delivered by the survivor that takes the origin over, nothing it delivers was never published, and
 nothing is delivered more often than at-least-once allows."""
@@ -15,7 +15,7 @@ import pytest
 
 from harness.etcd import EtcdCluster
 from harness.full_disk import drain
-from harness.kill_points import KillPoint, socket_to
+from harness.kill_points import KillPoint, local_port_to, socket_to
 from harness.processes import NSQDProcess, wait_for
 from harness.wire import WireClient
 from nsqclient.protocol.frames import FRAME_TYPE_RESPONSE, encode_mpub
@@ -34,9 +34,18 @@ def three_nodes(etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> 
 
 def link_to(origin: NSQDProcess, mirror: NSQDProcess) -> str:
     """The path of the origin's link to ``mirror`` (its socket), for a kill point on it."""
+    return socket_to(origin.process.pid, replication_port(origin, mirror))
+
+
+def link_from(origin: NSQDProcess, mirror: NSQDProcess) -> str:
+    """The path of the mirror's end of the origin's link (its socket), for a kill point on it."""
+    return socket_to(mirror.process.pid, local_port_to(origin.process.pid, replication_port(origin, mirror)))
+
+
+def replication_port(origin: NSQDProcess, mirror: NSQDProcess) -> int:
     for link in replication(origin)["mirrors"]:
         if link["node"] == f"127.0.0.1:{mirror.tcp_port}":
-            return socket_to(origin.process.pid, int(link["address"].rsplit(":", 1)[1]))
+            return int(link["address"].rsplit(":", 1)[1])
     raise AssertionError(f"{origin.tcp_port} does not mirror on {mirror.tcp_port}")
 
 
@@ -110,13 +119,15 @@ async def test_an_origin_killed_while_it_records_a_run_of_fins_loses_nothing_unf
 
 
 @pytest.mark.timeout(120)
-async def test_a_mirror_killed_while_it_applies_a_record_loses_nothing_acknowledged(
+async def test_a_mirror_killed_as_it_acknowledges_a_record_loses_nothing_acknowledged(
         etcd: EtcdCluster, nsqd_factory: Callable[..., NSQDProcess]) -> None:
     a, b, c = three_nodes(etcd, nsqd_factory)
     first = [b"first %d" % n for n in range(100)]
     a.multi_publish(TOPIC, first)
     then = [b"then %d" % n for n in range(10)]
-    with KillPoint(c.process.pid, "pwrite64", 1):  # c's next write to its copy of a: the record of ``then``
+    # c's next answer to a: the acknowledgement of ``then``'s record, which c applied (its copy gathers records in
+    # memory before it writes them to its files)
+    with KillPoint(c.process.pid, "write", 1, link_from(a, c)):
         a.multi_publish(TOPIC, then)  # acknowledged all the same: a and b hold it, the two copies required
     assert c.process.wait(10) == -signal.SIGKILL
     wait_for(lambda: [link["in_sync"] for link in replication(a)["mirrors"]].count(True) == 1, 10,

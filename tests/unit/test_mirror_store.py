@@ -5,6 +5,8 @@ from __future__ import annotations
 import resource
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -148,7 +150,7 @@ def test_a_store_started_late_holds_a_snapshot_then_takes_the_records_after_it(t
 
 
 def test_bodies_are_in_the_files_and_memory_keeps_only_where_they_are(tmp_path: Path) -> None:
-    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path, flush_at=0))
     store.apply(publish(1, "t", ("c1", "c2"), ids(3)))
     (batch,) = store.topics["t"].channels["c1"].batches
     assert (batch.segment.number, batch.offset, batch.size, batch.ids) == (0, 0, 3 * 51, b"".join(ids(3)))
@@ -202,24 +204,45 @@ def test_a_snapshot_starts_the_files_over_and_closing_deletes_them(tmp_path: Pat
     assert not directory.exists()
 
 
-def test_a_record_that_cannot_be_written_is_not_applied_and_the_next_one_goes_where_it_would_have(
-        tmp_path: Path) -> None:
-    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
-    store.apply(publish(1, "t", ("c",), ids(1)))
-    written = store.files.size
+@contextmanager
+def disk_full_at(size: int) -> Iterator[None]:
+    """Files cannot grow past ``size`` bytes, as on a full disk: a short write, then none."""
     limits = resource.getrlimit(resource.RLIMIT_FSIZE)
     handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (written + 10, limits[1]))  # as a full disk does: a short write, then none
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, limits[1]))
     try:
-        with pytest.raises(OSError):
-            store.apply(publish(2, "t", ("c",), ids(1, 1)))
+        yield
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
         signal.signal(signal.SIGXFSZ, handler)
-    assert (store.applied, store.depth, store.files.size) == (1, 1, written)
-    store.apply(publish(2, "t", ("c",), ids(1, 2)))
-    assert outstanding(store) == {("t", "c", ids(1)[0]), ("t", "c", ids(1, 2)[0])}
-    assert [message[1] for _, _, message, _ in store.outstanding()] == [b"body " + ids(1)[0], b"body " + ids(1, 2)[0]]
+
+
+@pytest.mark.parametrize("flush_at", [0, 1000])
+def test_a_record_that_cannot_be_written_is_not_applied_and_the_next_one_goes_where_it_would_have(
+        tmp_path: Path, flush_at: int) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path, flush_at=flush_at))
+    store.apply(publish(1, "t", ("c",), ids(1)))
+    written = store.files.size
+    with disk_full_at(10 if flush_at else written + 10):
+        with pytest.raises(OSError):
+            for sequence in range(2, 100):  # gathered in memory until there are flush_at bytes to write
+                store.apply(publish(sequence, "t", ("c",), ids(1, sequence)))
+    refused = store.applied + 1
+    assert store.depth == store.applied and store.files.size == written * store.applied
+    store.apply(publish(refused, "t", ("c",), ids(1, 500)))
+    assert outstanding(store) == {("t", "c", msg_id) for msg_id in [*ids(1), *ids(refused - 2, 2), *ids(1, 500)]}
+    assert [message[1] for _, _, message, _ in store.outstanding()] == [
+        b"body " + msg_id for msg_id in [*ids(1), *ids(refused - 2, 2), *ids(1, 500)]]
+
+
+def test_records_gathered_in_memory_are_read_back_before_and_after_they_are_written(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path, flush_at=1000))
+    for sequence in range(1, 40):
+        store.apply(publish(sequence, "t", ("c",), ids(1, sequence)))
+        expected = [b"body " + msg_id for msg_id in ids(sequence, 1)]
+        assert [message[1] for _, _, message, _ in store.outstanding()] == expected
+    segment = store.files.current
+    assert 0 < segment.written < segment.size  # some on disk, the rest gathered
 
 
 def test_what_the_origins_topic_retains_is_retained_apart_from_the_queues(tmp_path: Path) -> None:

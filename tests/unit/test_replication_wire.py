@@ -67,6 +67,21 @@ def test_bytes_that_are_not_a_frame_are_refused(data: bytes, error: str) -> None
         FrameReader().feed(data)
 
 
+def test_a_frame_too_large_is_refused_from_its_header_even_when_the_header_comes_in_pieces() -> None:
+    reader = FrameReader(max_frame=1024)
+    assert reader.feed(encode(Ack(1))[:2]) == []
+    assert reader.feed(encode(Ack(1))[2:] + b"\x00\x00") == [Ack(1)]
+    with pytest.raises(WireError, match="frame of 4096 bytes"):
+        reader.feed(b"\x10\x00\x00")
+
+
+def test_a_publish_keeps_its_ids_together_ahead_of_the_messages() -> None:
+    frame = FrameReader().feed(encode(Publish(1, "t", ("c",), 0, TWO)))[0]
+    assert isinstance(frame, Publish)
+    assert frame.messages.ids() == b"0123456789abcdeffedcba9876543210" == TWO.ids()
+    assert list(frame.messages) == list(TWO)
+
+
 def test_a_snapshot_part_carries_the_snapshots_number_whatever_its_publish_says() -> None:
     part = Publish(0, "orders", (), 0, Messages.of([(b"0123456789abcdef", b"held", 3, 0)]))
     assert FrameReader().feed(encode(Snapshot(41, part))) == [Snapshot(41, Publish(41, "orders", (), 0, part.messages))]

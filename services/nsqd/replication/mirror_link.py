@@ -23,7 +23,7 @@ RECONNECT = 1.0  # seconds between attempts to reach a mirror
 
 class MirrorLink:
     """The link to one mirror: records go out in order, and the mirror's acknowledgements say how far it holds
-    them. The records of one turn of the event loop go out in one write."""
+    them. Records sent are written by ``flush``, which the origin calls once per turn of the event loop."""
 
     def __init__(self, origin: str, epoch: int, mirror: str, address: str, next_sequence: int,
                  latest: Callable[[], int], on_change: Callable[[], None] = lambda: None,
@@ -73,11 +73,9 @@ class MirrorLink:
             self._lose_records()
             return
         if self._transport is not None:
-            if not self._outbox:
-                asyncio.get_running_loop().call_soon(self._flush)
             self._outbox.append(frame)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         outbox, self._outbox = self._outbox, []
         if self._transport is not None and outbox:
             self._transport.write(outbox[0] if len(outbox) == 1 else b"".join(outbox))

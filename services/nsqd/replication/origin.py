@@ -68,6 +68,7 @@ class Origin:
         # publishes waiting for their copies, oldest first: (sequence, answer, deadline on the loop's clock)
         self._waiting: deque[tuple[int, asyncio.Future[None], float]] = deque()
         self._timer: asyncio.TimerHandle | None = None
+        self._flushing = False  # the links write this turn's records at its end
 
     def set_mirrors(self, mirrors: dict[str, str]) -> Iterable[Awaitable[None]]:
         """Links to ``mirrors`` (node: replication address) from now on; the links no longer wanted are closed
@@ -94,6 +95,15 @@ class Origin:
         frame = encode(record)
         for link in self.links.values():
             link.send(record.sequence, frame)
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """This turn's records out, one write per mirror."""
+        self._flushing = False
+        for link in self.links.values():
+            link.flush()
 
     def _next(self) -> int:
         self.sequence += 1
@@ -135,7 +145,8 @@ class Origin:
         self._record(DropTopic(self._next(), topic, held_only))
 
     def _copies(self, sequence: int) -> asyncio.Future[None]:
-        answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[None] = loop.create_future()
         if self.fenced:
             self._fail(answer, f"epoch {self.epoch} is over: another nsqd took this one's place")
             return answer
@@ -143,7 +154,6 @@ class Origin:
         if in_sync + 1 < self.min_in_sync:
             self._fail(answer, f"{in_sync + 1} of {self.min_in_sync} in-sync replicas")
         elif in_sync:
-            loop = asyncio.get_running_loop()
             self._waiting.append((sequence, answer, loop.time() + self.timeout))
             if self._timer is None:
                 self._timer = loop.call_at(self._waiting[0][2], self._time_out)

@@ -7,9 +7,10 @@ per record. A mirror that will not take the origin (an older epoch than one it h
 closes.
 
 Frame: size (4 bytes, big-endian, what follows), type (1 byte), body. Names are ASCII and at most 64 bytes (NSQ's
-rule), each with a 1-byte length; a message is its 16-byte ID, its timestamp (8 bytes, nanoseconds), its attempts
-(2 bytes) and its body (4-byte length). A publish's messages stay in that form (``Messages``) on both sides: the
-origin encodes them once for every mirror, and a mirror holds them so, decoding them only to read them. A publish
+rule), each with a 1-byte length. A publish's messages are their 16-byte IDs one after another, then each message's
+timestamp (8 bytes, nanoseconds), attempts (2 bytes) and body (4-byte length): a mirror keeps the IDs of a batch
+without taking each message apart. They stay in that form (``Messages``) on both sides: the origin encodes them once
+for every mirror, and a mirror holds them so, decoding them only to read them. A publish
 of a topic that retains what it published carries the topic's retention (``retain``: its time in nanoseconds and
 its bytes), so that its mirrors retain it too; ``history`` marks messages to retain only (a lost nsqd's history
 taken over), in no queue.
@@ -25,12 +26,12 @@ from typing import Union
 
 from ..message import QueuedMessage
 
-MAGIC = b"  R2"
+MAGIC = b"  R3"
 MAX_FRAME = 64 * 1024 * 1024
 
 _HEADER = struct.Struct(">IB")
 _SEQUENCE = struct.Struct(">Q")
-_MESSAGE = struct.Struct(">16sqHI")
+_MESSAGE = struct.Struct(">qHI")  # after the IDs: timestamp, attempts, body size
 _COUNT = struct.Struct(">I")
 _DEFER = struct.Struct(">I")
 
@@ -66,28 +67,31 @@ class Messages:
 
     @staticmethod
     def of(messages: Iterable[QueuedMessage]) -> Messages:
-        out = bytearray()
-        pack, count = _MESSAGE.pack, 0
+        ids: list[bytes] = []
+        parts: list[bytes] = [b""]  # the IDs go first
+        pack = _MESSAGE.pack
         for msg_id, body, timestamp, attempts in messages:
-            out += pack(msg_id, timestamp, attempts, len(body))
-            out += body
-            count += 1
-        return Messages(bytes(out), count)
+            ids.append(msg_id)
+            parts.append(pack(timestamp, attempts, len(body)))
+            parts.append(body)
+        parts[0] = b"".join(ids)
+        return Messages(b"".join(parts), len(ids), parts[0])
 
     def __len__(self) -> int:
         return self.count
 
     def __iter__(self) -> Iterator[QueuedMessage]:
-        data, at, unpack, header = self.data, 0, _MESSAGE.unpack_from, _MESSAGE.size
-        for _ in range(self.count):
-            msg_id, timestamp, attempts, size = unpack(data, at)
+        data, count, unpack, header = self.data, self.count, _MESSAGE.unpack_from, _MESSAGE.size
+        at = 16 * count
+        for index in range(0, 16 * count, 16):
+            timestamp, attempts, size = unpack(data, at)
             at += header + size
-            yield msg_id, data[at - size:at], timestamp, attempts
+            yield data[index:index + 16], data[at - size:at], timestamp, attempts
 
     def ids(self) -> bytes:
         """Their IDs, one after another."""
         if self._ids is None:
-            self._ids = _ids_of(self.data, self.count)
+            self._ids = self.data[:16 * self.count]
         return self._ids
 
     def __eq__(self, other: object) -> bool:
@@ -97,17 +101,15 @@ class Messages:
         return f"Messages({list(self)!r})"
 
 
-def _ids_of(data: bytes, count: int) -> bytes:
-    """The IDs of ``count`` messages, one after another, checking on the way that ``data`` is exactly those."""
-    at, size_at, header, ids = 0, _COUNT.unpack_from, _MESSAGE.size, []
+def _check_messages(data: bytes, count: int) -> None:
+    """Whether ``data`` is exactly ``count`` messages."""
+    at, size_at, header = 16 * count, _COUNT.unpack_from, _MESSAGE.size
     for _ in range(count):
         if at + header > len(data):
             raise WireError("frame ends inside a field")
-        ids.append(data[at:at + 16])
         at += header + size_at(data, at + header - 4)[0]
     if at != len(data):
         raise WireError("frame ends inside a field" if at > len(data) else f"{len(data) - at} bytes left over in a frame")
-    return b"".join(ids)
 
 
 @dataclass(frozen=True)
@@ -270,16 +272,22 @@ def encode(frame: Frame) -> bytes:
 # -- decoding -------------------------------------------------------------------------------------------------
 
 class _Reader:
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-        self.at = 0
+    """A frame's body: ``data[at:end]``."""
+
+    def __init__(self, data: bytes, at: int, end: int) -> None:
+        self.data = data
+        self.at = at
+        self.end = end
 
     def take(self, count: int) -> bytes:
-        if self.at + count > len(self.body):
+        if self.at + count > self.end:
             raise WireError("frame ends inside a field")
-        chunk = self.body[self.at:self.at + count]
+        chunk = self.data[self.at:self.at + count]
         self.at += count
         return chunk
+
+    def rest(self) -> bytes:
+        return self.take(self.end - self.at)
 
     def unpack(self, layout: struct.Struct) -> tuple[int, ...]:
         return layout.unpack(self.take(layout.size))
@@ -294,15 +302,16 @@ class _Reader:
         return tuple(self.name() for _ in range(self.take(1)[0]))
 
     def done(self) -> None:
-        if self.at != len(self.body):
-            raise WireError(f"{len(self.body) - self.at} bytes left over in a frame")
+        if self.at != self.end:
+            raise WireError(f"{self.end - self.at} bytes left over in a frame")
 
 
-def _decode(kind: int, body: bytes) -> Frame:
-    reader = _Reader(body)
+def _decode(kind: int, data: bytes, at: int, end: int) -> Frame:
+    """The frame of type ``kind`` whose body is ``data[at:end]``."""
+    reader = _Reader(data, at, end)
     frame: Frame
     if kind == _SNAPSHOT:
-        part = _decode(_PUBLISH, body)
+        part = _decode(_PUBLISH, data, at, end)
         assert isinstance(part, Publish)
         return Snapshot(part.sequence, part)
     if kind == _SNAPSHOT_END:
@@ -316,9 +325,10 @@ def _decode(kind: int, body: bytes) -> Frame:
         flags = reader.take(1)[0]
         retain = _pair(reader.unpack(_RETAIN)) if flags & _RETAINED else None
         (count,) = reader.unpack(_COUNT)
-        data = reader.take(len(body) - reader.at)
-        frame = Publish(sequence, topic, channels, defer_ms, Messages(data, count, _ids_of(data, count)),
-                        retain, bool(flags & _HISTORY))
+        messages = reader.rest()
+        _check_messages(messages, count)
+        frame = Publish(sequence, topic, channels, defer_ms, Messages(messages, count), retain,
+                        bool(flags & _HISTORY))
     elif kind == _FINISH:
         (sequence,) = reader.unpack(_SEQUENCE)
         topic, channel = reader.name(), reader.name()
@@ -338,12 +348,12 @@ def _decode(kind: int, body: bytes) -> Frame:
         frame = DropTopic(reader.unpack(_SEQUENCE)[0], reader.name(), bool(reader.take(1)[0]))
     elif kind == _HELLO:
         try:
-            hello = json.loads(body)
+            hello = json.loads(reader.rest())
             return Hello(str(hello["origin"]), int(hello["epoch"]), int(hello["sequence"]))
         except (ValueError, KeyError, TypeError):
             raise WireError("a HELLO that is not {origin, epoch, sequence}") from None
     elif kind == _REFUSE:
-        return Refuse(body.decode("utf-8", "replace"))
+        return Refuse(reader.rest().decode("utf-8", "replace"))
     else:
         raise WireError(f"unknown frame type {kind}")
     reader.done()
@@ -362,17 +372,28 @@ class FrameReader:
         self._max_frame = max_frame
 
     def feed(self, data: bytes) -> list[Frame]:
-        self._buffer += data
+        buffer = self._buffer
+        if buffer:
+            buffer += data
+            if len(buffer) < _HEADER.size or len(buffer) < 4 + self._size(buffer, 0):
+                return []  # the first frame is not whole yet: nothing copied meanwhile
+            data = bytes(buffer)
+            buffer.clear()
         frames = []
-        start = 0
-        while len(self._buffer) - start >= _HEADER.size:
-            size, kind = _HEADER.unpack_from(self._buffer, start)
-            if not 1 <= size <= self._max_frame:
-                raise WireError(f"frame of {size} bytes")
-            end = start + 4 + size
-            if end > len(self._buffer):
+        start, size_of_data = 0, len(data)
+        while size_of_data - start >= _HEADER.size:
+            end = start + 4 + self._size(data, start)
+            kind = data[start + 4]
+            if end > size_of_data:
                 break
-            frames.append(_decode(kind, bytes(self._buffer[start + _HEADER.size:end])))
+            frames.append(_decode(kind, data, start + _HEADER.size, end))
             start = end
-        del self._buffer[:start]
+        if start < size_of_data:
+            buffer += data[start:] if start else data
         return frames
+
+    def _size(self, data: bytes | bytearray, start: int) -> int:
+        size: int = _HEADER.unpack_from(data, start)[0]
+        if not 1 <= size <= self._max_frame:
+            raise WireError(f"frame of {size} bytes")
+        return size
