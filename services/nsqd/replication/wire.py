@@ -7,9 +7,9 @@ per record. A mirror that will not take the origin (an older epoch than one it h
 closes.
 
 Frame: size (4 bytes, big-endian, what follows), type (1 byte), body. Names are ASCII and at most 64 bytes (NSQ's
-rule), each with a 1-byte length. A publish's messages are their 16-byte IDs one after another, then each message's
-timestamp (8 bytes, nanoseconds), attempts (2 bytes) and body (4-byte length): a mirror keeps the IDs of a batch
-without taking each message apart. They stay in that form (``Messages``) on both sides: the origin encodes them once
+rule), each with a 1-byte length. A publish's messages are their 16-byte IDs one after another, their bodies' sizes
+(4 bytes each), then each message's timestamp (8 bytes, nanoseconds), attempts (2 bytes) and body: a mirror keeps
+a batch's IDs, and checks that the messages add up, without taking each message apart. They stay in that form (``Messages``) on both sides: the origin encodes them once
 for every mirror, and a mirror holds them so, decoding them only to read them. A publish
 of a topic that retains what it published carries the topic's retention (``retain``: its time in nanoseconds and
 its bytes), so that its mirrors retain it too; ``history`` marks messages to retain only (a lost nsqd's history
@@ -31,7 +31,7 @@ MAX_FRAME = 64 * 1024 * 1024
 
 _HEADER = struct.Struct(">IB")
 _SEQUENCE = struct.Struct(">Q")
-_MESSAGE = struct.Struct(">qHI")  # after the IDs: timestamp, attempts, body size
+_MESSAGE = struct.Struct(">qH")  # after the IDs and sizes: a message's timestamp and attempts, then its body
 _COUNT = struct.Struct(">I")
 _DEFER = struct.Struct(">I")
 
@@ -68,13 +68,15 @@ class Messages:
     @staticmethod
     def of(messages: Iterable[QueuedMessage]) -> Messages:
         ids: list[bytes] = []
-        parts: list[bytes] = [b""]  # the IDs go first
+        sizes: list[int] = []
+        parts: list[bytes] = [b"", b""]  # the IDs and the sizes go first
         pack = _MESSAGE.pack
         for msg_id, body, timestamp, attempts in messages:
             ids.append(msg_id)
-            parts.append(pack(timestamp, attempts, len(body)))
+            sizes.append(len(body))
+            parts.append(pack(timestamp, attempts))
             parts.append(body)
-        parts[0] = b"".join(ids)
+        parts[0], parts[1] = b"".join(ids), struct.pack(_sizes(len(sizes)), *sizes)
         return Messages(b"".join(parts), len(ids), parts[0])
 
     def __len__(self) -> int:
@@ -82,11 +84,11 @@ class Messages:
 
     def __iter__(self) -> Iterator[QueuedMessage]:
         data, count, unpack, header = self.data, self.count, _MESSAGE.unpack_from, _MESSAGE.size
-        at = 16 * count
-        for index in range(0, 16 * count, 16):
-            timestamp, attempts, size = unpack(data, at)
+        at = 20 * count
+        for index, size in enumerate(struct.unpack_from(_sizes(count), data, 16 * count)):
+            timestamp, attempts = unpack(data, at)
             at += header + size
-            yield data[index:index + 16], data[at - size:at], timestamp, attempts
+            yield data[16 * index:16 * index + 16], data[at - size:at], timestamp, attempts
 
     def ids(self) -> bytes:
         """Their IDs, one after another."""
@@ -101,15 +103,19 @@ class Messages:
         return f"Messages({list(self)!r})"
 
 
+def _sizes(count: int) -> str:
+    """The layout of ``count`` bodies' sizes (struct's module functions keep it compiled)."""
+    return f">{count}I"
+
+
 def _check_messages(data: bytes, count: int) -> None:
     """Whether ``data`` is exactly ``count`` messages."""
-    at, size_at, header = 16 * count, _COUNT.unpack_from, _MESSAGE.size
-    for _ in range(count):
-        if at + header > len(data):
-            raise WireError("frame ends inside a field")
-        at += header + size_at(data, at + header - 4)[0]
-    if at != len(data):
-        raise WireError("frame ends inside a field" if at > len(data) else f"{len(data) - at} bytes left over in a frame")
+    fixed = (16 + 4 + _MESSAGE.size) * count
+    if fixed > len(data):
+        raise WireError("frame ends inside a field")
+    end = fixed + sum(struct.unpack_from(_sizes(count), data, 16 * count))
+    if end != len(data):
+        raise WireError("frame ends inside a field" if end > len(data) else f"{len(data) - end} bytes left over in a frame")
 
 
 @dataclass(frozen=True)
@@ -332,7 +338,8 @@ def _decode(kind: int, data: bytes, at: int, end: int) -> Frame:
     elif kind == _FINISH:
         (sequence,) = reader.unpack(_SEQUENCE)
         topic, channel = reader.name(), reader.name()
-        frame = Finish(sequence, topic, channel, tuple(reader.take(16) for _ in range(reader.unpack(_COUNT)[0])))
+        ids = reader.take(16 * reader.unpack(_COUNT)[0])
+        frame = Finish(sequence, topic, channel, tuple([ids[at:at + 16] for at in range(0, len(ids), 16)]))
     elif kind == _ACK:
         frame = Ack(reader.unpack(_SEQUENCE)[0])
     elif kind == _REQUEUE:
