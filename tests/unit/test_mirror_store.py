@@ -22,8 +22,8 @@ def ids(count: int, start: int = 0) -> list[bytes]:
 
 
 def publish(sequence: int, topic: str, channels: tuple[str, ...], msg_ids: list[bytes], defer_ms: int = 0) -> Publish:
-    return Publish(sequence, topic, channels, defer_ms, Messages.of((msg_id, b"body " + msg_id, 1000, 0)
-                                                                   for msg_id in msg_ids))
+    return Publish(sequence, topic, channels, defer_ms, Messages.of([(msg_id, b"body " + msg_id, 1000, 0)
+                                                                   for msg_id in msg_ids]))
 
 
 def outstanding(store: MirrorStore) -> set[tuple[str, str | None, bytes]]:

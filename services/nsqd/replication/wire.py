@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Union
 
-from ..message import QueuedMessage
+from ..message import BODY, ID, QueuedMessage
 
 MAGIC = b"  R3"
 MAX_FRAME = 64 * 1024 * 1024
@@ -66,18 +66,15 @@ class Messages:
         self._ids = ids
 
     @staticmethod
-    def of(messages: Iterable[QueuedMessage]) -> Messages:
-        ids: list[bytes] = []
-        sizes: list[int] = []
-        parts: list[bytes] = [b"", b""]  # the IDs and the sizes go first
+    def of(messages: list[QueuedMessage]) -> Messages:
+        ids = b"".join([message[ID] for message in messages])
+        out = bytearray(ids)
+        out += struct.pack(_sizes(len(messages)), *[len(message[BODY]) for message in messages])
         pack = _MESSAGE.pack
-        for msg_id, body, timestamp, attempts in messages:
-            ids.append(msg_id)
-            sizes.append(len(body))
-            parts.append(pack(timestamp, attempts))
-            parts.append(body)
-        parts[0], parts[1] = b"".join(ids), struct.pack(_sizes(len(sizes)), *sizes)
-        return Messages(b"".join(parts), len(ids), parts[0])
+        for _, body, timestamp, attempts in messages:
+            out += pack(timestamp, attempts)
+            out += body
+        return Messages(bytes(out), len(messages), ids)
 
     def __len__(self) -> int:
         return self.count
