@@ -100,7 +100,7 @@ def test_a_deferred_message_held_by_its_topic_stays_deferred_in_the_channels_it_
     assert {channel for _, channel, _, _ in store.outstanding()} == {"c2"}
 
 
-def test_a_channel_that_finished_most_of_what_it_held_is_compacted_to_what_is_outstanding(tmp_path: Path) -> None:
+def test_the_batches_a_channel_finished_at_its_front_go_with_their_ids(tmp_path: Path) -> None:
     store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
     published = ids(COMPACT_AT + 100)
     for sequence, start in enumerate(range(0, len(published), 100), 1):
@@ -108,10 +108,24 @@ def test_a_channel_that_finished_most_of_what_it_held_is_compacted_to_what_is_ou
     store.apply(Finish(sequence + 1, "t", "c1", tuple(published[:COMPACT_AT - 1])))
     c1 = store.topics["t"].channels["c1"]
     assert (len(c1.finished), store.depth) == (COMPACT_AT - 1, 101 + len(published))
-    store.apply(Finish(sequence + 2, "t", "c1", (published[-1],)))  # compacted now
-    assert (len(c1.finished), len(c1.batches), c1.count) == (0, 2, 100)
+    store.apply(Finish(sequence + 2, "t", "c1", (published[-1],)))  # the front goes now: 40 batches of 100
+    assert (len(c1.finished), len(c1.batches), c1.count) == (96, 2, 196)
     assert outstanding(store) == {("t", "c1", msg_id) for msg_id in published[COMPACT_AT - 1:-1]} | {
         ("t", "c2", msg_id) for msg_id in published}
+
+
+def test_a_channel_whose_front_waits_for_one_message_is_compacted_once_it_finished_half(tmp_path: Path) -> None:
+    store = MirrorStore("a:4150", 1, MirrorFiles(tmp_path))
+    published = ids(3 * COMPACT_AT)
+    for sequence, start in enumerate(range(0, len(published), 100), 1):
+        store.apply(publish(sequence, "t", ("c",), published[start:start + 100]))
+    queue = store.topics["t"].channels["c"]
+    store.apply(Finish(sequence + 1, "t", "c", tuple(published[1:COMPACT_AT + 1])))  # the first is still out
+    assert (len(queue.finished), queue.count) == (COMPACT_AT, len(published))
+    store.apply(Finish(sequence + 2, "t", "c", tuple(published[COMPACT_AT + 1:3 * COMPACT_AT // 2 + 1])))
+    assert (len(queue.finished), queue.count, len(queue.batches)) == (0, 3 * COMPACT_AT // 2, 63)
+    assert queue.batches[0].ids == published[0]
+    assert outstanding(store) == {("t", "c", msg_id) for msg_id in [published[0], *published[3 * COMPACT_AT // 2 + 1:]]}
 
 
 def test_a_message_given_back_keeps_its_attempts_and_when_it_is_due_until_finished(tmp_path: Path) -> None:

@@ -11,10 +11,12 @@ adoption, ``outstanding()`` is what a survivor puts into its own topics and chan
 Mirroring costs next to nothing per message, since a backlog a mirror holds can be millions deep: a publish's
 messages are written as their record encodes them to the origin's files (``MirrorFiles``), once, whatever the number
 of channels that took them; memory keeps the batch's place there and its IDs. A channel holds its batches in order
-and the IDs finished since. Once the finished IDs are at least ``COMPACT_AT`` and half of what the channel holds,
-the channel is compacted: a batch all finished goes (and its segment with the last batch in it), the others keep
-the IDs still outstanding, and the finished IDs are forgotten. A publish costs the mirror one write and one step
-per batch, a finish one set insertion, and compaction a constant per message over time.
+and the IDs finished since. Consumers mostly finish the oldest first, so every ``COMPACT_AT`` finished IDs the
+batches at the front that are all finished go (and a segment with the last batch in it), their IDs forgotten;
+once the finished IDs are at least half of what the channel holds (the front waits for a message still out), the
+whole channel is compacted: every batch all finished goes, the others keep the IDs still outstanding. A publish
+costs the mirror one write and one step per batch, a finish one set insertion, and compaction a constant per
+message over time.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class MirroredQueue:
         self.count = 0  # messages in the batches, finished or not
         self.finished: set[bytes] = set()
         self.requeued: dict[bytes, tuple[int, int]] = {}  # id: (attempts, due) of a message given back
+        self._front_at = COMPACT_AT  # finished IDs at which the front is looked at next
 
     @property
     def depth(self) -> int:
@@ -101,6 +104,7 @@ class MirroredQueue:
         for batch in self.batches:
             batch.segment.release()
         self.batches, self.count, self.finished, self.requeued = [], 0, set(), {}
+        self._front_at = COMPACT_AT
 
     def finish(self, ids: tuple[bytes, ...]) -> None:
         finished = self.finished
@@ -108,8 +112,24 @@ class MirroredQueue:
         if self.requeued:
             for msg_id in ids:
                 self.requeued.pop(msg_id, None)
+        if len(finished) >= self._front_at:
+            self._drop_finished_front()
+            self._front_at = len(finished) + COMPACT_AT
         if len(finished) >= COMPACT_AT and 2 * len(finished) >= self.count:
             self.compact()
+
+    def _drop_finished_front(self) -> None:
+        """The batches at the front that are all finished go, and their IDs from ``finished``."""
+        batches, finished, done = self.batches, self.finished, 0
+        for batch in batches:
+            ids = _split(batch.ids)
+            if not finished.issuperset(ids):
+                break
+            finished.difference_update(ids)
+            batch.segment.release()
+            self.count -= len(ids)
+            done += 1
+        del batches[:done]
 
     def compact(self) -> None:
         finished, kept, count = self.finished, [], 0
@@ -121,6 +141,7 @@ class MirroredQueue:
                 kept.append(left)  # in the same segment: it stays held
                 count += left.outstanding
         self.batches, self.count, self.finished = kept, count, set()
+        self._front_at = COMPACT_AT
 
     def outstanding(self) -> Iterator[tuple[QueuedMessage, int]]:
         """(message, when it is due: nanoseconds since the epoch, 0 at once) for each outstanding message."""

@@ -47,9 +47,15 @@ class Hello:
     sequence: int  # of the first record that follows
 
 
-@dataclass(frozen=True)
+# The records every message makes (a publish, its acknowledgements, finishes) have an __init__ of their own, which
+# is compiled: dataclass's generated one is not, and costs ten times as much (a frozen one more still).
+
+@dataclass(init=False)
 class Ack:
     sequence: int
+
+    def __init__(self, sequence: int) -> None:
+        self.sequence = sequence
 
 
 @dataclass(frozen=True)
@@ -115,7 +121,7 @@ def _check_messages(data: bytes, count: int) -> None:
         raise WireError("frame ends inside a field" if end > len(data) else f"{len(data) - end} bytes left over in a frame")
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class Publish:
     """Messages published to ``topic``, in ``channels`` (none: held by the topic), deferred ``defer_ms``."""
 
@@ -124,8 +130,18 @@ class Publish:
     channels: tuple[str, ...]
     defer_ms: int
     messages: Messages
-    retain: tuple[int, int] | None = None  # the topic retains them: (time in nanoseconds, bytes; 0: no cap)
-    history: bool = False  # to retain only: in no queue
+    retain: tuple[int, int] | None  # the topic retains them: (time in nanoseconds, bytes; 0: no cap)
+    history: bool  # to retain only: in no queue
+
+    def __init__(self, sequence: int, topic: str, channels: tuple[str, ...], defer_ms: int, messages: Messages,
+                 retain: tuple[int, int] | None = None, history: bool = False) -> None:
+        self.sequence = sequence
+        self.topic = topic
+        self.channels = channels
+        self.defer_ms = defer_ms
+        self.messages = messages
+        self.retain = retain
+        self.history = history
 
 
 @dataclass(frozen=True)
@@ -137,7 +153,7 @@ class Distribute:
     channels: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(init=False)
 class Finish:
     """``channel`` is done with these messages: finished, or dropped (TTL, a full queue's oldest); ``TOPIC_QUEUE``:
     the topic dropped them from what it holds."""
@@ -146,6 +162,12 @@ class Finish:
     topic: str
     channel: str
     ids: tuple[bytes, ...]
+
+    def __init__(self, sequence: int, topic: str, channel: str, ids: tuple[bytes, ...]) -> None:
+        self.sequence = sequence
+        self.topic = topic
+        self.channel = channel
+        self.ids = ids
 
 
 @dataclass(frozen=True)
