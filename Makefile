@@ -49,12 +49,13 @@ up: $(STAMP) compile
 ## run every test: type checks, unit tests, functional tests against real processes, in TEST_WORKERS processes
 ## (4 on 2 cores: most of a test's time is spent waiting on the processes it drives; TEST_WORKERS=0: in this one);
 ## each worker is handed one test at a time, the Docker cluster's first (tests/conftest.py); the slowest are listed at the end
-## Then (unless PYTEST_ARGS picks tests) the wire, transport, delivery and hostile-client suites again, every nsqd they
-## start with --workers=2 (NSQD_TEST_WORKERS): its clients held by worker processes
+## Then (unless PYTEST_ARGS picks tests) the wire, transport, delivery, hostile-client, replication and crash-point
+## suites again, every nsqd they start with --workers=2 (NSQD_TEST_WORKERS): its clients held by worker processes
 TEST_WORKERS ?= 4
 WORKER_SUITES = $(addprefix tests/functional/test_,protocol_v2.py transport.py pynsq.py consumer.py \
 	waiting_commands.py hostile_clients.py auth.py unix_sockets.py dead_letters.py message_ttl.py peek.py \
-	durability.py client_producer.py client_errors.py blocking_producer.py hardening.py topology.py)
+	durability.py client_producer.py client_errors.py blocking_producer.py hardening.py topology.py \
+	replication.py replication_adoption.py replication_in_sync.py replication_kill_points.py crash_points.py)
 test: $(STAMP) compile typecheck test-programs
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk=1 --durations=15 $(PYTEST_ARGS)
 	$(if $(PYTEST_ARGS),,NSQD_TEST_WORKERS=2 $(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk=1 $(WORKER_SUITES))
