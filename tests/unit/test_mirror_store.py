@@ -125,7 +125,8 @@ def test_a_channel_whose_front_waits_for_one_message_is_compacted_once_it_finish
     store.apply(Finish(sequence + 2, "t", "c", tuple(published[COMPACT_AT + 1:3 * COMPACT_AT // 2 + 1])))
     assert (len(queue.finished), queue.count, len(queue.batches)) == (0, 3 * COMPACT_AT // 2, 63)
     assert queue.batches[0].ids == published[0]
-    assert outstanding(store) == {("t", "c", msg_id) for msg_id in [published[0], *published[3 * COMPACT_AT // 2 + 1:]]}
+    left = [published[0], *published[3 * COMPACT_AT // 2 + 1:]]
+    assert outstanding(store) == {("t", "c", msg_id) for msg_id in left}
 
 
 def test_a_message_given_back_keeps_its_attempts_and_when_it_is_due_until_finished(tmp_path: Path) -> None:

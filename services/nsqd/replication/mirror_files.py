@@ -82,7 +82,6 @@ class MirrorFiles:
         """What is gathered, written to the current segment; what could not be stays gathered."""
         current = self.current
         data = b"".join(self.pending)
-        self.pending = [data]
         view, done = memoryview(data), 0
         try:
             while done < len(data):

@@ -1,26 +1,26 @@
 """The replication link between an origin nsqd and one of its mirrors, without I/O: frames and their records.
 
 The origin connects, sends ``MAGIC`` and a ``Hello`` (who it is, under which epoch, and the number of the next
-record it sends), then records in order, each numbered one more than the last. The mirror applies them in that order and answers ``Ack(sequence)``: every record
-up to that number is applied. Acks are cumulative, so an origin waits for one number per mirror, not one answer
-per record. A mirror that will not take the origin (an older epoch than one it has seen) answers ``Refuse`` and
-closes.
+record it sends), then records in order, each numbered one more than the last. The mirror applies them in that
+order and answers ``Ack(sequence)``: every record up to that number is applied. Acks are cumulative, so an origin
+waits for one number per mirror, not one answer per record. A mirror that will not take the origin (an older epoch
+than one it has seen) answers ``Refuse`` and closes.
 
 Frame: size (4 bytes, big-endian, what follows), type (1 byte), body. Names are ASCII and at most 64 bytes (NSQ's
 rule), each with a 1-byte length. A publish's messages are their 16-byte IDs one after another, their bodies' sizes
 (4 bytes each), then each message's timestamp (8 bytes, nanoseconds), attempts (2 bytes) and body: a mirror keeps
-a batch's IDs, and checks that the messages add up, without taking each message apart. They stay in that form (``Messages``) on both sides: the origin encodes them once
-for every mirror, and a mirror holds them so, decoding them only to read them. A publish
-of a topic that retains what it published carries the topic's retention (``retain``: its time in nanoseconds and
-its bytes), so that its mirrors retain it too; ``history`` marks messages to retain only (a lost nsqd's history
-taken over), in no queue.
+a batch's IDs, and checks that the messages add up, without taking each message apart. They stay in that form
+(``Messages``) on both sides: the origin encodes them once for every mirror, and a mirror holds them so, decoding
+them only to read them. A publish of a topic that retains what it published carries the topic's retention
+(``retain``: its time in nanoseconds and its bytes), so that its mirrors retain it too; ``history`` marks messages
+to retain only (a lost nsqd's history taken over), in no queue.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Union
 
@@ -117,8 +117,10 @@ def _check_messages(data: bytes, count: int) -> None:
     if fixed > len(data):
         raise WireError("frame ends inside a field")
     end = fixed + sum(struct.unpack_from(_sizes(count), data, 16 * count))
-    if end != len(data):
-        raise WireError("frame ends inside a field" if end > len(data) else f"{len(data) - end} bytes left over in a frame")
+    if end > len(data):
+        raise WireError("frame ends inside a field")
+    if end < len(data):
+        raise WireError(f"{len(data) - end} bytes left over in a frame")
 
 
 @dataclass(init=False)
